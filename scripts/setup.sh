@@ -10,6 +10,8 @@ APT_PKGS=(mininet iproute2 iptables iperf3 bridge-utils libnetfilter-queue-dev
           build-essential python3-venv procps)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
+# pip -q still warns about this machine's local index folders; keep real errors.
+quiet() { grep -v -e 'is neither a file nor a directory' -e 'BuildBackendWarning' >&2 || true; }
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -29,7 +31,7 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV"
   "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
+  "$VENV/bin/pip" install -q --upgrade pip setuptools wheel 2>&1 | quiet
 fi
 
 stamp="$VENV/.spiderflow-installed"
@@ -37,9 +39,9 @@ want=$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
     log "installing torch==2.13.0 (CPU build)"
-    "$VENV/bin/pip" install -q torch==2.13.0
+    "$VENV/bin/pip" install -q torch==2.13.0 2>&1 | quiet
   fi
   log "installing the project and its test tools"
-  "$VENV/bin/pip" install -q -e "$ROOT[test]"
+  "$VENV/bin/pip" install -q -e "$ROOT[test]" 2>&1 | quiet
   echo "$want" > "$stamp"
 fi

@@ -57,13 +57,18 @@ class ModelSpec:
         return 2 * h * h + 2 * h * kv + (3 if self.gated_mlp else 2) * h * self.ffn
 
     @property
+    def tied_embeddings(self) -> bool:
+        """GPT-3 ties the output layer to the input embedding; Llama 2 does not."""
+        return not self.gated_mlp
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
 
     @property
     def params(self) -> int:
         """Whole-model parameters (embedding counted once: tied for GPT, untied Llama head added)."""
-        head = 0 if not self.gated_mlp else self.embedding_params
+        head = 0 if self.tied_embeddings else self.embedding_params
         return self.layers * self.layer_params + self.embedding_params + head
 
     def layer_forward_flops(self, micro_batch: int, seq_len: int) -> float:

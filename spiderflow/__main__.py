@@ -1,0 +1,5 @@
+import sys
+
+from spiderflow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,81 @@
+"""Iteration time and memory of a plan (DESIGN.md, "The physics").
+
+``predict`` runs the exact 1F1B schedule of every replica; ``estimate`` is the
+closed form used inside search loops. Both take a network *view* (what the
+caller knows of the network; see :mod:`spiderflow.costmodel.network`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spiderflow.costmodel.calibration import (NO_CALIBRATION, AlphaBeta, Calibration,
+                                              load_calibration)
+from spiderflow.costmodel.memory import StageMemory, stage_memory
+from spiderflow.costmodel.network import GBPS, Channel, MatrixView, TopologyView
+from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, simulate_1f1b
+from spiderflow.costmodel.stages import StageCost, stage_costs
+from spiderflow.errors import InfeasiblePlan
+from spiderflow.plan import Plan
+
+
+@dataclass(frozen=True)
+class Prediction:
+    iteration_s: float
+    compute_s: float  # per micro-batch F+B summed over the slowest replica's stages, x m
+    p2p_s: float  # busiest stage boundary's transfer time per iteration (one direction)
+    dp_sync_s: float  # gradient sync not hidden behind the pipeline
+    bubble_s: float  # pipeline time not spent computing on the busiest stage
+    memory_gb_per_gpu: float  # the largest stage's need
+    memory: tuple[StageMemory, ...]
+    timeline: Timeline
+
+    def as_dict(self) -> dict:
+        return {"iteration_s": self.iteration_s, "compute_s": self.compute_s, "p2p_s": self.p2p_s,
+                "dp_sync_s": self.dp_sync_s, "bubble_s": self.bubble_s}
+
+
+def predict(plan: Plan, view: TopologyView, *, check_memory: bool = True) -> Prediction:
+    """Exact prediction; raises InfeasiblePlan naming the stage that does not fit."""
+    mem = stage_memory(plan, view.topology)
+    if check_memory:
+        worst = max(mem, key=lambda s: s.need_gb - s.have_gb)
+        if not worst.fits:
+            raise InfeasiblePlan(
+                f"stage {worst.stage} of replica {worst.replica} on {worst.cluster} needs "
+                f"{worst.need_gb:.1f} GB per GPU, {worst.need_gb - worst.have_gb:.1f} GB more than the "
+                f"{worst.have_gb:.1f} GB usable")
+    best: tuple[Timeline, list[StageCost]] | None = None
+    for r in range(len(plan.replicas)):
+        costs = stage_costs(plan, view, replica=r)
+        tl = simulate_1f1b(costs, plan.micro_batches)
+        if best is None or tl.iteration_s > best[0].iteration_s:
+            best = (tl, costs)
+    tl, costs = best
+    m = plan.micro_batches
+    busiest = max(c.forward_s + c.backward_s for c in costs) * m
+    return Prediction(
+        iteration_s=tl.iteration_s,
+        compute_s=busiest,
+        p2p_s=max(max(c.send_forward_s, c.send_backward_s) for c in costs) * m,
+        dp_sync_s=tl.iteration_s - tl.pipeline_s,
+        bubble_s=max(tl.pipeline_s - busiest, 0.0),
+        memory_gb_per_gpu=max(s.need_gb for s in mem),
+        memory=tuple(mem),
+        timeline=tl,
+    )
+
+
+def estimate(plan: Plan, view: TopologyView) -> float:
+    """Closed-form iteration time (no memory check): the search loops' fast path."""
+    return max(estimate_1f1b(stage_costs(plan, view, replica=r), plan.micro_batches)
+               for r in range(len(plan.replicas)))
+
+
+def fits_memory(plan: Plan, view: TopologyView) -> bool:
+    return all(s.fits for s in stage_memory(plan, view.topology))
+
+
+__all__ = ["AlphaBeta", "Calibration", "Channel", "GBPS", "MatrixView", "NO_CALIBRATION", "Prediction",
+           "StageMemory", "Timeline", "TopologyView", "estimate", "fits_memory", "load_calibration",
+           "predict"]

@@ -1,0 +1,103 @@
+"""How a planner sees the network: the knowledge split the paper is about.
+
+- :class:`TopologyView` sees the cluster graph: routes, which physical links
+  several transfers share, and the load other jobs already put on each link
+  (``link_load``: competing flows per link; a new flow expects a max-min fair
+  share ``capacity / (load + 1)``). SpinSearch, ``ilp-topo`` and the
+  simulator's ground truth use it; ``link_gbps`` lets the simulator impose
+  the bandwidth a job's flows actually got.
+- :class:`MatrixView` sees what published cross-cluster planners see: a matrix
+  of pairwise bandwidth and latency (computed from the routes), blind to
+  multi-hop sharing and to current load.
+
+Both return ``(alpha_s, bytes_per_s)`` pairs, DESIGN.md's p2p physics:
+``t(n) = alpha + n / beta`` with alpha the summed one-way latency plus a
+per-message overhead, and beta the bottleneck bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from spiderflow.costmodel.calibration import NO_CALIBRATION, Calibration
+from spiderflow.topology import Topology
+
+GBPS = 1e9 / 8  # bytes/s per Gbit/s
+
+
+@dataclass(frozen=True)
+class Channel:
+    alpha_s: float
+    bytes_per_s: float
+
+    def time(self, nbytes: float) -> float:
+        return self.alpha_s + nbytes / self.bytes_per_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopologyView:
+    topology: Topology
+    calibration: Calibration = NO_CALIBRATION
+    link_load: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    link_gbps: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    shares_links: bool = True
+    name: str = "topology"
+
+    def _share(self, key: tuple[str, str], raw_gbps: float) -> float:
+        """Fraction of a link's raw capacity a new flow expects."""
+        cap = self.link_gbps.get(key, raw_gbps)
+        return cap / (self.link_load.get(key, 0.0) + 1.0) / raw_gbps
+
+    def p2p(self, a: str, b: str) -> Channel:
+        if a == b:
+            return self.intra(a, spans_nodes=True)
+        path = self.topology.path(a, b)
+        cal = self.calibration.path(a, b)
+        base_gbps = cal.beta_gbps if cal else path.bandwidth_gbps
+        alpha = cal.alpha_s if cal else path.latency_ms / 1e3
+        frac = min(self._share(l.key, l.bandwidth_gbps) * l.bandwidth_gbps for l in path.links) \
+            / path.bandwidth_gbps
+        return Channel(alpha + self.calibration.per_message_overhead_s, base_gbps * frac * GBPS)
+
+    def intra(self, cluster: str, *, spans_nodes: bool) -> Channel:
+        cal = self.calibration.intra.get(cluster)
+        c = self.topology.cluster(cluster)
+        if cal:
+            return Channel(cal.alpha_s, cal.beta_gbps * GBPS)
+        if spans_nodes:
+            return Channel(c.intra_cluster_latency_ms / 1e3, c.intra_cluster_bandwidth_gbps * GBPS)
+        return Channel(0.0, c.intra_node_bandwidth_gbps * GBPS)
+
+    def ring(self, clusters: Sequence[str]) -> Channel:
+        """One ring over ``clusters`` (in order): per-step alpha and the ring's bottleneck rate.
+
+        With ``shares_links`` a physical link carrying k ring hops in the same
+        direction gives each hop 1/k of its (shared) capacity.
+        """
+        n = len(clusters)
+        hops = [(clusters[i], clusters[(i + 1) % n]) for i in range(n)]
+        if not self.shares_links:
+            chans = [self.p2p(a, b) for a, b in hops]
+            return Channel(max(c.alpha_s for c in chans), min(c.bytes_per_s for c in chans))
+        use: Counter[tuple[str, str]] = Counter()
+        routes = []
+        for a, b in hops:
+            path = self.topology.path(a, b)
+            routes.append(path)
+            for u, v in zip(path.clusters, path.clusters[1:]):
+                use[(u, v)] += 1
+        alpha = 0.0
+        rate = float("inf")
+        for (a, b), path in zip(hops, routes):
+            chan = self.p2p(a, b)
+            alpha = max(alpha, chan.alpha_s)
+            worst = max((use[(u, v)] for u, v in zip(path.clusters, path.clusters[1:])), default=1)
+            rate = min(rate, chan.bytes_per_s / worst)
+        return Channel(alpha, rate)
+
+
+def MatrixView(topology: Topology, calibration: Calibration = NO_CALIBRATION) -> TopologyView:
+    """The pairwise-matrix view of published planners: no load, no shared links."""
+    return TopologyView(topology=topology, calibration=calibration, shares_links=False, name="matrix")

@@ -1,0 +1,119 @@
+"""TPA, inter-cluster level: turn a placement into the fastest plan found.
+
+For every shape the placement admits (:mod:`spiderflow.parallel.shapes`):
+
+1. **Layer split** in proportion to each stage's compute (``tp x peak x
+   efficiency``; for replicas, the slowest replica's stage at each position),
+   at least one layer per stage; then, while a stage does not fit in memory,
+   move a layer from it to its lighter neighbour.
+2. **Micro-batching**: micro-batch size b in 1, 2, 4, 8; the micro-batch count
+   ``m = global_batch / (replicas x dp x b)`` (shapes that do not divide the
+   batch are skipped unless none does; then m is rounded up and the plan's
+   ``global_batch`` says so).
+3. **Memory** levers when a stage still does not fit: ZeRO-1, then full
+   recomputation.
+
+Candidates are ranked with the cost model's closed-form ``estimate``; the
+best ``EXACT_CHECKS`` are re-ranked with the exact 1F1B ``predict``.
+Cost: O(shapes x 4 x S) estimates; shapes are capped by
+``MAX_ENUMERATED_SEGMENTS``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+
+from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict
+from spiderflow.errors import InfeasiblePlan
+from spiderflow.parallel.shapes import Shape, enumerate_shapes
+from spiderflow.plan import Plan, Stage
+from spiderflow.workload import Job
+
+MICRO_BATCH_SIZES = (1, 2, 4, 8)
+EXACT_CHECKS = 4
+
+
+def split_layers(layers: int, weights: Sequence[float]) -> list[int]:
+    """Largest-remainder apportionment of ``layers`` by ``weights``, each >= 1."""
+    n = len(weights)
+    if n > layers:
+        raise ValueError(f"{n} stages for {layers} layers")
+    total = sum(weights)
+    raw = [max(1.0, layers * w / total) for w in weights]
+    counts = [max(1, int(x)) for x in raw]
+    while sum(counts) > layers:
+        i = max((j for j in range(n) if counts[j] > 1), key=lambda j: counts[j] - raw[j])
+        counts[i] -= 1
+    while sum(counts) < layers:
+        i = max(range(n), key=lambda j: raw[j] - counts[j])
+        counts[i] += 1
+    return counts
+
+
+def _stage_speeds(shape: Shape, view: TopologyView) -> list[float]:
+    cal = view.calibration
+    speeds = None
+    for rep in shape.replicas:
+        s = []
+        for cluster, tp, pp in rep:
+            prof = view.topology.cluster(cluster).profile
+            s.extend([tp * prof.peak_tflops * cal.gpu_efficiency.get(prof.name, prof.efficiency)] * pp)
+        speeds = s if speeds is None else [min(a, b) for a, b in zip(speeds, s)]
+    return speeds
+
+
+def _build(job: Job, shape: Shape, counts: list[int], b: int, m: int, *, zero1: bool,
+           recompute: bool) -> Plan:
+    bounds = list(itertools.accumulate(counts, initial=0))
+    replicas = []
+    for rep in shape.replicas:
+        stages, i = [], 0
+        for cluster, tp, pp in rep:
+            for _ in range(pp):
+                stages.append(Stage(cluster=cluster, layer_start=bounds[i], layer_end=bounds[i + 1], tp=tp))
+                i += 1
+        replicas.append(tuple(stages))
+    return Plan(job=job, replicas=tuple(replicas), dp=shape.dp, micro_batch_size=b, micro_batches=m,
+                zero1=zero1, recompute=recompute)
+
+
+def _fit(job: Job, shape: Shape, b: int, m: int, view: TopologyView) -> Plan | None:
+    counts = split_layers(job.spec.layers, _stage_speeds(shape, view))
+    for zero1, recompute in ((False, False), (True, False), (True, True)):
+        plan = _build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
+        if fits_memory(plan, view):
+            return plan
+    return None
+
+
+def micro_batchings(job: Job, data_parallel: int) -> list[tuple[int, int]]:
+    exact = [(b, job.global_batch // (data_parallel * b)) for b in MICRO_BATCH_SIZES
+             if job.global_batch % (data_parallel * b) == 0]
+    if exact:
+        return exact
+    return [(b, -(-job.global_batch // (data_parallel * b))) for b in MICRO_BATCH_SIZES[:2]]
+
+
+def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView) -> Plan:
+    """The fastest plan TPA finds for ``segments`` (ordered (cluster, gpus)); InfeasiblePlan if none fits."""
+    scored: list[tuple[float, int, Plan]] = []
+    tie = itertools.count()
+    shapes = 0
+    for shape in enumerate_shapes(segments, view.topology, job.spec):
+        shapes += 1
+        for b, m in micro_batchings(job, len(shape.replicas) * shape.dp):
+            plan = _fit(job, shape, b, m, view)
+            if plan is not None:
+                scored.append((estimate(plan, view), next(tie), plan))
+    if not scored:
+        where = ", ".join(f"{c}:{g}" for c, g in segments)
+        if not shapes:
+            raise InfeasiblePlan(f"{job.job_id}: no parallel shape fits {where} "
+                                 f"(GPU counts must factor as tp x pp x dp with tp dividing "
+                                 f"{job.spec.heads} heads)")
+        raise InfeasiblePlan(f"{job.job_id}: {job.model} does not fit in GPU memory on {where} "
+                             f"even with ZeRO-1 and recomputation; it needs more GPUs or larger ones")
+    best = heapq.nsmallest(EXACT_CHECKS, scored)
+    return min((p for _, _, p in best), key=lambda p: predict(p, view).iteration_s)

@@ -1,0 +1,42 @@
+"""Placement strategies, one per module, all with the signature of :mod:`.base`.
+
+``PLANNERS`` maps a name to its strategy, as Mininet's ``TOPOS`` maps names to
+topologies; :func:`run_planner` times a decision and scores its plan on the
+full-knowledge view (the ground truth every planner is judged by).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from spiderflow.costmodel import Prediction, predict
+from spiderflow.placement import blind
+from spiderflow.placement.base import Placement, PlacementRequest, Strategy
+
+PLANNERS: dict[str, Strategy] = {
+    "blind": blind.place,
+}
+DEFAULT_PLANNER = "blind"
+
+
+@dataclass(frozen=True)
+class PlannerResult:
+    planner: str
+    placement: Placement
+    prediction: Prediction  # on the full-knowledge view, current load included
+    overhead_s: float  # wall time of placement + planning
+
+
+def run_planner(name: str, req: PlacementRequest) -> PlannerResult:
+    try:
+        strategy = PLANNERS[name]
+    except KeyError:
+        raise KeyError(f"unknown planner {name!r}; known: {', '.join(PLANNERS)}") from None
+    t0 = time.perf_counter()
+    placement = strategy(req)
+    overhead = time.perf_counter() - t0
+    return PlannerResult(name, placement, predict(placement.plan, req.topology_view()), overhead)
+
+
+__all__ = ["DEFAULT_PLANNER", "PLANNERS", "Placement", "PlacementRequest", "PlannerResult", "run_planner"]

@@ -1,0 +1,104 @@
+"""A parallel plan: pipeline stages over clusters, replicas, micro-batching.
+
+Shape (Megatron-style, as DESIGN.md's vocabulary):
+
+- ``replicas``: one or more pipelines that train the same layers on different
+  data (data parallelism *across* clusters). All replicas split the layers at
+  the same boundaries; replica ``r`` stage ``i`` may sit in any cluster.
+- each :class:`Stage`: a cluster, a layer range ``[layer_start, layer_end)``
+  and a tensor-parallel degree ``tp`` (inside one node).
+- ``dp``: data-parallel width *inside* each stage: a stage holds ``tp * dp``
+  GPUs of its cluster, and each of its ``dp`` groups processes micro-batches of
+  ``micro_batch_size`` sequences.
+- Global batch = ``len(replicas) * dp * micro_batch_size * micro_batches``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from spiderflow.workload import Job
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    cluster: str
+    layer_start: int
+    layer_end: int
+    tp: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.layer_start < self.layer_end:
+            raise ValueError(f"stage layers must satisfy 0 <= start < end "
+                             f"(got {self.layer_start}..{self.layer_end})")
+        if self.tp < 1:
+            raise ValueError(f"tp must be >= 1 (got {self.tp})")
+
+    @property
+    def layers(self) -> int:
+        return self.layer_end - self.layer_start
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    job: Job
+    replicas: tuple[tuple[Stage, ...], ...]
+    dp: int
+    micro_batch_size: int
+    micro_batches: int
+    recompute: bool = False
+    zero1: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.replicas or not all(self.replicas):
+            raise ValueError("a plan needs at least one replica with at least one stage")
+        bounds = [tuple((s.layer_start, s.layer_end) for s in rep) for rep in self.replicas]
+        if any(b != bounds[0] for b in bounds):
+            raise ValueError("all replicas must split the layers at the same boundaries")
+        layers = self.job.spec.layers
+        first = bounds[0]
+        if first[0][0] != 0 or first[-1][1] != layers or any(
+                a[1] != b[0] for a, b in zip(first, first[1:])):
+            raise ValueError(f"stages must cover layers 0..{layers} contiguously (got {first})")
+        for name in ("dp", "micro_batch_size", "micro_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """The first replica's stages (all replicas share the layer split)."""
+        return self.replicas[0]
+
+    @property
+    def depth(self) -> int:
+        return len(self.replicas[0])
+
+    @property
+    def data_parallel(self) -> int:
+        """Total data-parallel degree: replicas x in-stage DP."""
+        return len(self.replicas) * self.dp
+
+    @property
+    def global_batch(self) -> int:
+        return self.data_parallel * self.micro_batch_size * self.micro_batches
+
+    @property
+    def placement(self) -> dict[str, int]:
+        """GPUs taken per cluster, in first-use order."""
+        used: Counter[str] = Counter()
+        for rep in self.replicas:
+            for s in rep:
+                used[s.cluster] += s.tp * self.dp
+        return dict(used)
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.placement.values())
+
+    def describe(self) -> list[dict]:
+        return [
+            {"replica": r, "stage": i, "cluster": s.cluster, "layers": [s.layer_start, s.layer_end],
+             "tp": s.tp, "dp": self.dp, "gpus": s.tp * self.dp}
+            for r, rep in enumerate(self.replicas) for i, s in enumerate(rep)
+        ]
