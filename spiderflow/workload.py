@@ -14,6 +14,7 @@ All tensors are bf16 (2 bytes).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 BYTES_PER_ELEMENT = 2  # bf16 activations and weights
 # Mixed-precision Adam: bf16 weights (2) + bf16 grads (2) + fp32 master weights,
@@ -35,11 +36,11 @@ class ModelSpec:
     gated_mlp: bool = False  # SwiGLU: three FFN matrices instead of two
     source: str = ""
 
-    @property
+    @cached_property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
-    @property
+    @cached_property
     def layer_params(self) -> int:
         """Weights of one transformer layer (matrices, biases, norms)."""
         h = self.hidden
@@ -50,7 +51,7 @@ class ModelSpec:
         norms = 2 * h if self.gated_mlp else 4 * h
         return attn + mlp + small + norms
 
-    @property
+    @cached_property
     def layer_matmul_params(self) -> int:
         h = self.hidden
         kv = (self.kv_heads or self.heads) * self.head_dim
@@ -61,11 +62,11 @@ class ModelSpec:
         """GPT-3 ties the output layer to the input embedding; Llama 2 does not."""
         return not self.gated_mlp
 
-    @property
+    @cached_property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
 
-    @property
+    @cached_property
     def params(self) -> int:
         """Whole-model parameters (embedding counted once: tied for GPT, untied Llama head added)."""
         head = 0 if self.tied_embeddings else self.embedding_params

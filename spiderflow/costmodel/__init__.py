@@ -14,7 +14,7 @@ from spiderflow.costmodel.calibration import (NO_CALIBRATION, AlphaBeta, Calibra
 from spiderflow.costmodel.memory import StageMemory, stage_memory
 from spiderflow.costmodel.network import GBPS, Channel, MatrixView, TopologyView
 from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, simulate_1f1b
-from spiderflow.costmodel.stages import StageCost, stage_costs
+from spiderflow.costmodel.stages import StageCost, stage_costs, sync_s
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
 
@@ -46,8 +46,9 @@ def predict(plan: Plan, view: TopologyView, *, check_memory: bool = True) -> Pre
                 f"{worst.need_gb:.1f} GB per GPU, {worst.need_gb - worst.have_gb:.1f} GB more than the "
                 f"{worst.have_gb:.1f} GB usable")
     best: tuple[Timeline, list[StageCost]] | None = None
-    for r in range(len(plan.replicas)):
-        costs = stage_costs(plan, view, replica=r)
+    syncs = _syncs(plan, view)
+    for r in _distinct_replicas(plan):
+        costs = stage_costs(plan, view, replica=r, syncs=syncs)
         tl = simulate_1f1b(costs, plan.micro_batches)
         if best is None or tl.iteration_s > best[0].iteration_s:
             best = (tl, costs)
@@ -68,8 +69,21 @@ def predict(plan: Plan, view: TopologyView, *, check_memory: bool = True) -> Pre
 
 def estimate(plan: Plan, view: TopologyView) -> float:
     """Closed-form iteration time (no memory check): the search loops' fast path."""
-    return max(estimate_1f1b(stage_costs(plan, view, replica=r), plan.micro_batches)
-               for r in range(len(plan.replicas)))
+    syncs = _syncs(plan, view)
+    return max(estimate_1f1b(stage_costs(plan, view, replica=r, syncs=syncs), plan.micro_batches)
+               for r in _distinct_replicas(plan))
+
+
+def _syncs(plan: Plan, view: TopologyView) -> list[tuple]:
+    return [sync_s(plan, i, view) for i in range(plan.depth)]
+
+
+def _distinct_replicas(plan: Plan) -> list[int]:
+    """One replica index per distinct stage layout (identical replicas cost the same)."""
+    seen: dict[tuple, int] = {}
+    for r, rep in enumerate(plan.replicas):
+        seen.setdefault(tuple((s.cluster, s.tp) for s in rep), r)
+    return list(seen.values())
 
 
 def fits_memory(plan: Plan, view: TopologyView) -> bool:

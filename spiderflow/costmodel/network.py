@@ -44,6 +44,7 @@ class TopologyView:
     link_gbps: Mapping[tuple[str, str], float] = field(default_factory=dict)
     shares_links: bool = True
     name: str = "topology"
+    _memo: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def _share(self, key: tuple[str, str], raw_gbps: float) -> float:
         """Fraction of a link's raw capacity a new flow expects."""
@@ -51,6 +52,12 @@ class TopologyView:
         return cap / (self.link_load.get(key, 0.0) + 1.0) / raw_gbps
 
     def p2p(self, a: str, b: str) -> Channel:
+        key = ("p2p", a, b)
+        if key not in self._memo:
+            self._memo[key] = self._p2p(a, b)
+        return self._memo[key]
+
+    def _p2p(self, a: str, b: str) -> Channel:
         if a == b:
             return self.intra(a, spans_nodes=True)
         path = self.topology.path(a, b)
@@ -76,6 +83,12 @@ class TopologyView:
         With ``shares_links`` a physical link carrying k ring hops in the same
         direction gives each hop 1/k of its (shared) capacity.
         """
+        key = ("ring", *clusters)
+        if key not in self._memo:
+            self._memo[key] = self._ring(tuple(clusters))
+        return self._memo[key]
+
+    def _ring(self, clusters: tuple[str, ...]) -> Channel:
         n = len(clusters)
         hops = [(clusters[i], clusters[(i + 1) % n]) for i in range(n)]
         if not self.shares_links:

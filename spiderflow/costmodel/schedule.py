@@ -8,7 +8,9 @@ activation transfer, B(i, k) needs B(i+1, k) plus the gradient transfer (and
 the last stage's B needs its own F). Transfers over one stage boundary and
 direction are serialised (one channel), so a thin WAN link that cannot keep
 up with compute shows up as queueing, not as a formula's max().
-A stage's gradient sync starts after its last backward; the iteration ends
+A stage's gradient sync starts after its last backward (intra-cluster
+phase first); inter-cluster phases of stages on the same ring of clusters
+queue on that ring, in the order the stages become ready. The iteration ends
 when the last sync ends. Cost: O(S * m).
 
 Fast: ``(m - 1) * period + sum_i(F_i + B_i) + 2 * sum(p2p) + exposed sync``.
@@ -97,13 +99,25 @@ def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
         if not progressed:  # pragma: no cover - the 1F1B order is deadlock-free
             raise RuntimeError("1F1B schedule deadlocked")
     pipeline = max(free)
-    iteration = pipeline
+    ends = sync_ends(costs, free)
     for i in range(S):
-        end = free[i] + costs[i].sync_s
-        if costs[i].sync_s > 0:
-            ops[i].append(("S", -1, free[i], end))
-        iteration = max(iteration, end)
-    return Timeline(tuple(tuple(o) for o in ops), pipeline, iteration)
+        if ends[i] > free[i]:
+            ops[i].append(("S", -1, free[i], ends[i]))
+    return Timeline(tuple(tuple(o) for o in ops), pipeline, max([pipeline, *ends]))
+
+
+def sync_ends(costs: list[StageCost], ready: list[float]) -> list[float]:
+    """End of each stage's gradient sync; WAN phases on one ring are serialised."""
+    ring_free: dict[tuple[str, ...], float] = {}
+    ends = [0.0] * len(costs)
+    for i in sorted(range(len(costs)), key=lambda k: (ready[k], k)):
+        c = costs[i]
+        t = ready[i] + c.sync_s
+        if c.sync_wan_s > 0:
+            t = max(t, ring_free.get(c.sync_ring, 0.0)) + c.sync_wan_s
+            ring_free[c.sync_ring] = t
+        ends[i] = t
+    return ends
 
 
 def estimate_1f1b(costs: list[StageCost], micro_batches: int) -> float:
@@ -118,6 +132,7 @@ def estimate_1f1b(costs: list[StageCost], micro_batches: int) -> float:
             period = max(period, round_trip / min(j - i + 1, m))
     p2p = sum(c.send_forward_s for c in costs)
     pipeline = (m - 1) * period + sum(work) + 2 * p2p
-    # Stage i's sync overlaps the cool-down of the stages before it.
-    exposed = max(c.sync_s - sum(c2.backward_s for c2 in costs[:i]) for i, c in enumerate(costs))
-    return pipeline + max(exposed, 0.0)
+    # Stage i is ready to sync when the cool-down reaches it: the stages before it still
+    # have their last backward to run.
+    ready = [pipeline - sum(c2.backward_s for c2 in costs[:i]) for i in range(S)]
+    return max([pipeline, *sync_ends(costs, ready)])

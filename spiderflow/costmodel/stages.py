@@ -10,11 +10,13 @@ Formulas (DESIGN.md, "The physics"):
 - p2p between consecutive stages: ``alpha + dp * n / beta`` where n is the
   boundary activation (or its gradient) of one micro-batch; the stage's ``dp``
   groups send at once through the same path.
-- gradient sync of a stage (bf16 gradients of its parameters / tp):
+- gradient sync of a stage (bf16 gradients of its parameters / tp per GPU):
   ring all-reduce over ``p`` ranks ``2(p-1) alpha + 2(p-1)/p * n / beta``;
   across N clusters of g ranks, hierarchical: intra reduce-scatter (half a
-  ring all-reduce), inter ring all-reduce of n/g (g rings share the WAN, so
-  the WAN carries ``2(N-1)/N * n``), intra all-gather.
+  ring all-reduce), inter ring all-reduce of n/g, intra all-gather. The g
+  shards' rings and the stage's tp shards all cross the same WAN ring, so the
+  WAN carries ``2(N-1)/N x`` the stage's *whole* gradient. Stages whose syncs
+  use the same ring of clusters share it: the schedule serialises them.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ class StageCost:
     backward_s: float
     send_forward_s: float  # activation to the next stage (0 for the last)
     send_backward_s: float  # gradient to the previous stage (0 for the first)
-    sync_s: float  # this stage's gradient all-reduce
+    sync_s: float  # this stage's gradient all-reduce inside clusters (parallel per stage)
+    sync_wan_s: float = 0.0  # its inter-cluster phase, on the ring ``sync_ring``
+    sync_ring: tuple[str, ...] = ()
 
 
 def ring_allreduce_s(nbytes: float, ranks: int, chan: Channel) -> float:
@@ -75,8 +79,8 @@ def stage_compute_s(plan: Plan, stage: Stage, topology: Topology, calibration: C
     return fwd, bwd
 
 
-def sync_s(plan: Plan, stage_index: int, view: TopologyView) -> float:
-    """Gradient all-reduce of stage ``stage_index`` across in-stage DP and replicas."""
+def sync_s(plan: Plan, stage_index: int, view: TopologyView) -> tuple[float, float, tuple[str, ...]]:
+    """Gradient all-reduce of stage ``stage_index``: (intra-cluster s, inter-cluster s, ring)."""
     stage = plan.stages[stage_index]
     nbytes = stage_params(plan, stage) / stage.tp * GRAD_BYTES_PER_PARAM
     clusters: list[str] = []
@@ -88,7 +92,7 @@ def sync_s(plan: Plan, stage_index: int, view: TopologyView) -> float:
     topo = view.topology
     if len(clusters) == 1:
         spans = plan.dp * len(plan.replicas) * stage.tp > topo.cluster(clusters[0]).gpus_per_node
-        return ring_allreduce_s(nbytes, g, view.intra(clusters[0], spans_nodes=spans))
+        return ring_allreduce_s(nbytes, g, view.intra(clusters[0], spans_nodes=spans)), 0.0, ()
     # Hierarchical: each cluster's g ranks reduce-scatter, g parallel inter-cluster rings on
     # n/g shards, then all-gather. Clusters may hold different replica counts; use the largest.
     per_cluster = [plan.dp * sum(1 for rep in plan.replicas if rep[stage_index].cluster == c)
@@ -99,12 +103,17 @@ def sync_s(plan: Plan, stage_index: int, view: TopologyView) -> float:
                 for c, gc in zip(clusters, per_cluster))  # RS + AG = one all-reduce
     n = len(clusters)
     ring = view.ring(clusters)
-    inter = 2 * (n - 1) * ring.alpha_s + 2 * (n - 1) / n * nbytes / ring.bytes_per_s
-    return intra + inter
+    wan_bytes = nbytes * stage.tp  # every tp shard's gradient crosses the WAN
+    inter = 2 * (n - 1) * ring.alpha_s + 2 * (n - 1) / n * wan_bytes / ring.bytes_per_s
+    return intra, inter, tuple(sorted(clusters))
 
 
-def stage_costs(plan: Plan, view: TopologyView, replica: int = 0) -> list[StageCost]:
+def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
+                syncs: list[tuple] | None = None) -> list[StageCost]:
+    """Costs of one replica's stages; ``syncs`` (shared by all replicas) may be passed in."""
     spec, topo = plan.job.spec, view.topology
+    if syncs is None:
+        syncs = [sync_s(plan, i, view) for i in range(plan.depth)]
     stages = plan.replicas[replica]
     per_rank = spec.boundary_bytes(plan.micro_batch_size, plan.job.seq_len)
 
@@ -118,5 +127,5 @@ def stage_costs(plan: Plan, view: TopologyView, replica: int = 0) -> list[StageC
         fwd, bwd = stage_compute_s(plan, st, topo, view.calibration)
         send_f = send(st.cluster, stages[i + 1].cluster) if i + 1 < len(stages) else 0.0
         send_b = send(st.cluster, stages[i - 1].cluster) if i > 0 else 0.0
-        out.append(StageCost(fwd, bwd, send_f, send_b, sync_s(plan, i, view)))
+        out.append(StageCost(fwd, bwd, send_f, send_b, *syncs[i]))
     return out

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from spiderflow.topology import Topology
 from spiderflow.workload import ModelSpec
 
-MAX_ENUMERATED_SEGMENTS = 4  # beyond this, one tp choice for all segments (search-space cap)
+MAX_ENUMERATED_SEGMENTS = 2  # beyond this, one tp level for all segments (search-space cap)
 
 
 @dataclass(frozen=True)

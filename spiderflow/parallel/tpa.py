@@ -32,7 +32,7 @@ from spiderflow.plan import Plan, Stage
 from spiderflow.workload import Job
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8)
-EXACT_CHECKS = 4
+EXACT_CHECKS = 3
 
 
 def split_layers(layers: int, weights: Sequence[float]) -> list[int]:

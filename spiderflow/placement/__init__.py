@@ -11,13 +11,14 @@ import time
 from dataclasses import dataclass
 
 from spiderflow.costmodel import Prediction, predict
-from spiderflow.placement import blind
+from spiderflow.placement import blind, spinsearch
 from spiderflow.placement.base import Placement, PlacementRequest, Strategy
 
 PLANNERS: dict[str, Strategy] = {
+    "spinsearch": spinsearch.place,
     "blind": blind.place,
 }
-DEFAULT_PLANNER = "blind"
+DEFAULT_PLANNER = "spinsearch"
 
 
 @dataclass(frozen=True)

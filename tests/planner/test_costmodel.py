@@ -155,3 +155,31 @@ def test_memory_grows_with_micro_batch_size(b, model, recompute):
                  recompute=recompute)
         return [s.need_gb for s in stage_memory(p, topo)]
     assert all(x < y for x, y in zip(need(b), need(b + 1)))
+
+
+def test_wan_syncs_on_one_ring_queue_hand_case():
+    # pipeline as above: stage 1 done at 3, stage 0 at 4; each has a 2 s WAN phase on ring (a, b)
+    costs = [StageCost(1.0, 1.0, 0.0, 0.0, 0.0, 2.0, ("a", "b")),
+             StageCost(1.0, 1.0, 0.0, 0.0, 0.0, 2.0, ("a", "b"))]
+    assert simulate_1f1b(costs, 1).iteration_s == pytest.approx(7.0)  # stage 1: 3-5, stage 0: 5-7
+    apart = [StageCost(1.0, 1.0, 0.0, 0.0, 0.0, 2.0, ("a", "b")),
+             StageCost(1.0, 1.0, 0.0, 0.0, 0.0, 2.0, ("c", "d"))]
+    assert simulate_1f1b(apart, 1).iteration_s == pytest.approx(6.0)  # different rings overlap
+
+
+def test_cross_cluster_sync_carries_every_tp_shard():
+    """Two replicas of a 1-stage gpt3-1.3b in clusters a and c (2 hops apart, 1 Gbit/s bottleneck):
+    the WAN carries 2(N-1)/N x the whole bf16 gradient whatever the tp, so tp=2 does not halve it."""
+    from spiderflow.costmodel.stages import stage_params, sync_s
+    topo = line_topology(bw=(1.0, 2.0), lat=(10.0, 20.0))
+    view = TopologyView(topology=topo)
+    for tp in (1, 2):
+        j = job(model="gpt3-1.3b", gpus=2 * tp, batch=8, seq=1024)
+        stage_a = (Stage(cluster="a", layer_start=0, layer_end=24, tp=tp),)
+        stage_c = (Stage(cluster="c", layer_start=0, layer_end=24, tp=tp),)
+        plan = Plan(job=j, replicas=(stage_a, stage_c), dp=1, micro_batch_size=1, micro_batches=4)
+        intra, wan, ring = sync_s(plan, 0, view)
+        grads = stage_params(plan, plan.stages[0]) * 2
+        # ring a->c->a: alpha 30 ms per step, 2 steps; 2(N-1)/N = 1; 1 Gbit/s = 1.25e8 B/s
+        assert wan == pytest.approx(2 * 0.030 + grads / 1.25e8)
+        assert ring == ("a", "c") and intra == 0.0

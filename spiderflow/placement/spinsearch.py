@@ -1,0 +1,184 @@
+"""``spinsearch``: SpiderFlow's topology-aware, low-overhead placement.
+
+SpinSearch sees the cluster graph, the routes, the links several transfers
+share and the load running jobs put on each link (``req.topology_view()``).
+
+1. **Seeds.** Every cluster that can hold the job alone is a candidate (no
+   WAN traffic at all). Otherwise the ``SEEDS`` clusters with the most free
+   compute (free GPUs x peak x efficiency) seed a search.
+2. **Spin.** From each seed, grow a set outward along the web of links: the
+   next cluster is a frontier neighbour (graph neighbours of the set, or any
+   cluster if the frontier is exhausted), chosen by one of three attachment
+   rules -- ``wide`` (widest path from the set under current load, then
+   shortest), ``big`` (most of the remaining need covered, then widest: fewer
+   boundaries for big jobs) and ``blend`` (effective bandwidth x share of the
+   remaining need covered); stop when the set holds enough free GPUs. The last
+   cluster added gives only the remainder.
+3. **Order.** The set is ordered into a pipeline chain that maximises the
+   thinnest boundary (then minimises summed latency): exhaustive for k <= 6
+   clusters, greedy widest-neighbour chains from every start beyond.
+4. **Score.** Each candidate chain gets a closed-form proxy of its iteration
+   time (balanced compute; the better of a pipeline over the chain -- WAN
+   bytes / effective bandwidth plus per-micro-batch latency -- and pipeline
+   replicas with a hierarchical gradient all-reduce over the ring), and TPA
+   plans the ``TPA_CANDIDATES`` best; the exact cost model picks the winner.
+
+Complexity: O(s * k * d) path look-ups for s seeds, sets of k clusters and
+degree d (routes come from Dijkstra per source, cached in the Topology across
+calls), O(k! k) ordering for k <= 6 and O(k^3) beyond, then a constant number
+of TPA calls. Deterministic: ties break by cluster name; no randomness.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from spiderflow.costmodel import TopologyView, predict
+from spiderflow.costmodel.network import Channel
+from spiderflow.errors import InfeasiblePlan
+from spiderflow.parallel.tpa import plan_placement
+from spiderflow.placement.base import Placement, PlacementRequest
+from spiderflow.workload import GRAD_BYTES_PER_PARAM, Job
+
+SEEDS = 6
+TPA_CANDIDATES = 2
+EXHAUSTIVE_ORDER = 6
+MICRO_BATCH_GUESS_SEQUENCES = 8  # proxy's guess of sequences per micro-batch across DP (m ~ batch / 8)
+
+
+def _speed(req: PlacementRequest, cluster: str) -> float:
+    prof = req.topology.cluster(cluster).profile
+    return prof.peak_tflops * 1e12 * req.calibration.gpu_efficiency.get(prof.name, prof.efficiency)
+
+
+def proxy_time(job: Job, chain: list[tuple[str, int]], view: TopologyView, req: PlacementRequest) -> float:
+    """Closed-form iteration time of a chain, before TPA chooses the shape."""
+    spec, s = job.spec, job.seq_len
+    flops = 3.0 * job.global_batch * (spec.layers * spec.layer_forward_flops(1, s) + spec.head_forward_flops(1, s))
+    compute = flops / sum(g * _speed(req, c) for c, g in chain)
+    if len(chain) == 1:
+        return compute
+    names = [c for c, _ in chain]
+    micro = max(1, job.global_batch // MICRO_BATCH_GUESS_SEQUENCES)
+    batch_bytes = job.global_batch * spec.boundary_bytes(1, s)
+    links = [view.p2p(a, b) for a, b in zip(names, names[1:])]
+    pipeline = max(compute, max(micro * ch.alpha_s + batch_bytes / ch.bytes_per_s for ch in links)) \
+        + sum(2 * ch.alpha_s for ch in links)
+    ring: Channel = view.ring(names)
+    n = len(names)
+    grads = spec.params * GRAD_BYTES_PER_PARAM
+    replicas = compute + 2 * (n - 1) * ring.alpha_s + 2 * (n - 1) / n * grads / ring.bytes_per_s
+    return min(pipeline, replicas)
+
+
+def _attach_key(rule: str, bw: float, alpha: float, free: int, left: int, name: str) -> tuple:
+    cover = min(free, left) / left
+    if rule == "wide":
+        return (bw, -alpha, free, name)
+    if rule == "big":
+        return (cover, bw, -alpha, name)
+    return (bw * cover, -alpha, name)  # blend
+
+
+RULES = ("wide", "big", "blend")
+
+
+def _grow(req: PlacementRequest, seed: str, view: TopologyView, rule: str) -> list[str]:
+    need, topo = req.job.gpus, req.topology
+    chosen, have = [seed], req.free_gpus[seed]
+    allowed = set(req.candidates)
+    while have < need:
+        frontier = {n for c in chosen for n, _ in topo.neighbours(c)} & allowed - set(chosen)
+        if not frontier:
+            frontier = allowed - set(chosen)
+        if not frontier:
+            break
+
+        def attach(c: str) -> tuple:
+            best = max((view.p2p(m, c) for m in chosen), key=lambda ch: (ch.bytes_per_s, -ch.alpha_s))
+            return _attach_key(rule, best.bytes_per_s, best.alpha_s, req.free_gpus[c], need - have, c)
+
+        nxt = max(sorted(frontier), key=attach)
+        chosen.append(nxt)
+        have += req.free_gpus[nxt]
+    return chosen if have >= need else []
+
+
+def _counts(req: PlacementRequest, clusters: list[str]) -> dict[str, int]:
+    """Everything from each cluster in growth order; the last gives only the remainder."""
+    left, counts = req.job.gpus, {}
+    for c in clusters:
+        take = min(req.free_gpus[c], left)
+        if take:
+            counts[c] = take
+        left -= take
+    return counts
+
+
+def _order(names: list[str], view: TopologyView) -> list[str]:
+    """Chain maximising the thinnest boundary, then minimising summed latency."""
+    if len(names) <= 2:
+        return sorted(names)
+
+    def key(chain) -> tuple:
+        chans = [view.p2p(a, b) for a, b in zip(chain, chain[1:])]
+        return (min(ch.bytes_per_s for ch in chans), -sum(ch.alpha_s for ch in chans))
+
+    if len(names) <= EXHAUSTIVE_ORDER:
+        return list(max((p for p in itertools.permutations(sorted(names)) if p[0] < p[-1]), key=key))
+    chains = []
+    for start in sorted(names):
+        chain, rest = [start], set(names) - {start}
+        while rest:
+            nxt = max(sorted(rest), key=lambda c: (view.p2p(chain[-1], c).bytes_per_s,
+                                                   -view.p2p(chain[-1], c).alpha_s))
+            chain.append(nxt)
+            rest.discard(nxt)
+        chains.append(chain)
+    return max(chains, key=key)
+
+
+def place(req: PlacementRequest) -> Placement:
+    job, view = req.job, req.topology_view()
+    cands = req.candidates
+    chains: dict[tuple, list[tuple[str, int]]] = {}
+    for c in cands:
+        if req.free_gpus[c] >= job.gpus:
+            chains[(c,)] = [(c, job.gpus)]
+    if not chains or req.allowed:
+        seeds = sorted(cands, key=lambda c: (-req.free_gpus[c] * _speed(req, c), c))[:SEEDS]
+        if req.allowed:
+            seeds = list(req.allowed[:1])
+        for seed, rule in itertools.product(seeds, RULES):
+            grown = _grow(req, seed, view, rule)
+            if not grown:
+                continue
+            counts = _counts(req, grown)
+            order = _order(list(counts), view)
+            chains.setdefault(tuple(order), [(c, counts[c]) for c in order])
+    if not chains:
+        raise InfeasiblePlan(f"{job.job_id}: no connected set of clusters has {job.gpus} free GPUs")
+    ranked = sorted(chains.values(), key=lambda ch: (proxy_time(job, ch, view, req), [c for c, _ in ch]))
+    best, best_t, errors = None, math.inf, []
+    for chain in ranked[:TPA_CANDIDATES]:
+        try:
+            plan = plan_placement(job, chain, view)
+        except InfeasiblePlan as exc:
+            errors.append(str(exc))
+            continue
+        t = predict(plan, view).iteration_s
+        if t < best_t:
+            best, best_t = (chain, plan), t
+    if best is None:
+        for chain in ranked[TPA_CANDIDATES:]:  # memory-bound jobs: keep looking until one fits
+            try:
+                best = (chain, plan_placement(job, chain, view))
+                break
+            except InfeasiblePlan as exc:
+                errors.append(str(exc))
+    if best is None:
+        raise InfeasiblePlan(errors[0])
+    chain, plan = best
+    return Placement(segments=tuple(chain), plan=plan,
+                     detail={"candidates": len(chains), "proxy_ranked": [c for c, _ in ranked[0]]})
