@@ -135,7 +135,54 @@ def cmd_topology_check(args) -> int:
     return 0
 
 
-COMMANDS = [add_plan, add_topology]
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers (got {text!r})") from None
+    if not values or min(values) < 2:
+        raise argparse.ArgumentTypeError(f"must be integers >= 2 (got {text!r})")
+    return values
+
+
+def add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks")
+    bsub = p.add_subparsers(dest="bench_cmd", required=True)
+    b = bsub.add_parser("planner", help="scheduling overhead and plan quality of every planner")
+    b.add_argument("--clusters", type=_int_list, default=[8, 16, 32, 64, 128])
+    b.add_argument("--jobs", type=_positive_int, default=20)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--planners", default=None, help=f"comma-separated; default all: {','.join(PLANNERS)}")
+    b.add_argument("--time-limit", type=float, default=10.0, help="ILP time limit per decision, seconds")
+    b.add_argument("--out", default="benchmarks/results")
+    b.set_defaults(func=cmd_bench_planner)
+
+
+def cmd_bench_planner(args) -> int:
+    from tqdm import tqdm
+
+    from spiderflow import bench
+
+    planners = [p.strip() for p in (args.planners or ",".join(PLANNERS)).split(",") if p.strip()]
+    for name in planners:
+        if name not in PLANNERS:
+            raise ConfigError(f"--planners: unknown planner {name!r}; known: {', '.join(PLANNERS)}")
+    if "spinsearch" not in planners:
+        planners.insert(0, "spinsearch")
+    rows = []
+    with tqdm(total=len(args.clusters) * args.jobs * len(planners), desc="planning", unit="job") as bar:
+        for n in args.clusters:
+            rows += bench.run_size(n, args.jobs, args.seed, planners, time_limit_s=args.time_limit,
+                                   progress=bar)
+    summary = bench.summarise(rows)
+    command = "python -m spiderflow bench planner " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
+    md = bench.write_results(rows, summary, Path(args.out), bench.header_line(command.strip()))
+    print(md.read_text())
+    print(f"wrote {md} and CSVs beside it")
+    return 0
+
+
+COMMANDS = [add_plan, add_topology, add_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -36,7 +36,17 @@ class Prediction:
 
 
 def predict(plan: Plan, view: TopologyView, *, check_memory: bool = True) -> Prediction:
-    """Exact prediction; raises InfeasiblePlan naming the stage that does not fit."""
+    """Exact prediction; raises InfeasiblePlan naming the stage that does not fit.
+
+    Memoised on the view: the same plan asked of the same view is simulated once.
+    """
+    key = ("predict", plan, check_memory)
+    if key not in view._memo:
+        view._memo[key] = _predict(plan, view, check_memory)
+    return view._memo[key]
+
+
+def _predict(plan: Plan, view: TopologyView, check_memory: bool) -> Prediction:
     mem = stage_memory(plan, view.topology)
     if check_memory:
         worst = max(mem, key=lambda s: s.need_gb - s.have_gb)

@@ -57,45 +57,53 @@ def one_f_one_b_order(stage: int, stages: int, micro_batches: int) -> list[tuple
 def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
     S, m = len(costs), micro_batches
     orders = [one_f_one_b_order(i, S, m) for i in range(S)]
+    fwd = [c.forward_s for c in costs]
+    bwd = [c.backward_s for c in costs]
+    send_f = [c.send_forward_s for c in costs]
+    send_b = [c.send_backward_s for c in costs]
     pos = [0] * S
     free = [0.0] * S
-    f_end = [[None] * m for _ in range(S)]
-    b_end = [[None] * m for _ in range(S)]
-    # arrival times of inputs; channel busy-until per boundary and direction
-    f_ready = [[0.0 if i == 0 else None for _ in range(m)] for i in range(S)]
-    b_ready = [[None] * m for _ in range(S)]
+    f_end = [[0.0] * m for _ in range(S)]
+    # input arrival times (None: not yet produced); channel busy-until per boundary and direction
+    f_ready: list[list[float | None]] = [[0.0] * m] + [[None] * m for _ in range(S - 1)]
+    b_ready: list[list[float | None]] = [[None] * m for _ in range(S)]
     chan_f = [0.0] * S  # boundary i -> i+1
     chan_b = [0.0] * S  # boundary i -> i-1
     ops: list[list[tuple[str, int, float, float]]] = [[] for _ in range(S)]
     remaining = sum(len(o) for o in orders)
+    last = S - 1
     while remaining:
         progressed = False
         for i in range(S):
-            while pos[i] < len(orders[i]):
-                kind, k = orders[i][pos[i]]
-                ready = f_ready[i][k] if kind == "F" else (
-                    f_end[i][k] if i == S - 1 else b_ready[i][k])
-                if ready is None:
-                    break
-                start = max(free[i], ready)
-                end = start + (costs[i].forward_s if kind == "F" else costs[i].backward_s)
-                free[i] = end
-                ops[i].append((kind, k, start, end))
+            order, p, t_free, out = orders[i], pos[i], free[i], ops[i]
+            while p < len(order):
+                kind, k = order[p]
                 if kind == "F":
-                    f_end[i][k] = end
-                    if i + 1 < S:
-                        t0 = max(end, chan_f[i])
-                        chan_f[i] = t0 + costs[i].send_forward_s
+                    ready = f_ready[i][k]
+                    if ready is None:
+                        break
+                    start = t_free if t_free > ready else ready
+                    t_free = start + fwd[i]
+                    f_end[i][k] = t_free
+                    if i < last:
+                        t0 = t_free if t_free > chan_f[i] else chan_f[i]
+                        chan_f[i] = t0 + send_f[i]
                         f_ready[i + 1][k] = chan_f[i]
                 else:
-                    b_end[i][k] = end
+                    ready = f_end[i][k] if i == last else b_ready[i][k]
+                    if ready is None:
+                        break
+                    start = t_free if t_free > ready else ready
+                    t_free = start + bwd[i]
                     if i > 0:
-                        t0 = max(end, chan_b[i])
-                        chan_b[i] = t0 + costs[i].send_backward_s
+                        t0 = t_free if t_free > chan_b[i] else chan_b[i]
+                        chan_b[i] = t0 + send_b[i]
                         b_ready[i - 1][k] = chan_b[i]
-                pos[i] += 1
+                out.append((kind, k, start, t_free))
+                p += 1
                 remaining -= 1
                 progressed = True
+            pos[i], free[i] = p, t_free
         if not progressed:  # pragma: no cover - the 1F1B order is deadlock-free
             raise RuntimeError("1F1B schedule deadlocked")
     pipeline = max(free)

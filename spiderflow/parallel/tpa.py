@@ -14,7 +14,10 @@ For every shape the placement admits (:mod:`spiderflow.parallel.shapes`):
    recomputation.
 
 Candidates are ranked with the cost model's closed-form ``estimate``; the
-best ``EXACT_CHECKS`` are re-ranked with the exact 1F1B ``predict``.
+best ``EXACT_CHECKS`` are re-ranked with the exact 1F1B ``predict``. The
+winner is set beside its intra-cluster refinement (:func:`finalize`, the
+ILP of :mod:`spiderflow.parallel.intra_ilp`: per cluster, TP / PP and the
+layer split under memory), and the faster under the exact schedule is kept.
 Cost: O(shapes x 4 x S) estimates; shapes are capped by
 ``MAX_ENUMERATED_SEGMENTS``.
 """
@@ -24,15 +27,18 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 
 from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict
 from spiderflow.errors import InfeasiblePlan
+from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
 from spiderflow.parallel.shapes import Shape, enumerate_shapes
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import Job
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8)
 EXACT_CHECKS = 3
+ILP_COMPUTE_SHARE = 0.5
 
 
 def split_layers(layers: int, weights: Sequence[float]) -> list[int]:
@@ -96,7 +102,8 @@ def micro_batchings(job: Job, data_parallel: int) -> list[tuple[int, int]]:
     return [(b, -(-job.global_batch // (data_parallel * b))) for b in MICRO_BATCH_SIZES[:2]]
 
 
-def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView) -> Plan:
+def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, *,
+                   intra_ilp: bool = True, exact_checks: int = EXACT_CHECKS) -> Plan:
     """The fastest plan TPA finds for ``segments`` (ordered (cluster, gpus)); InfeasiblePlan if none fits."""
     scored: list[tuple[float, int, Plan]] = []
     tie = itertools.count()
@@ -115,5 +122,56 @@ def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topology
                                  f"{job.spec.heads} heads)")
         raise InfeasiblePlan(f"{job.job_id}: {job.model} does not fit in GPU memory on {where} "
                              f"even with ZeRO-1 and recomputation; it needs more GPUs or larger ones")
-    best = heapq.nsmallest(EXACT_CHECKS, scored)
-    return min((p for _, _, p in best), key=lambda p: predict(p, view).iteration_s)
+    finalists = [p for _, _, p in heapq.nsmallest(max(1, exact_checks), scored)]
+    best = finalists[0] if len(finalists) == 1 else min(finalists, key=lambda p: predict(p, view).iteration_s)
+    return finalize(best, view) if intra_ilp else best
+
+
+def finalize(plan: Plan, view: TopologyView) -> Plan:
+    """The plan or its intra-cluster ILP refinement, whichever the exact schedule finds faster.
+
+    The ILP balances stage compute under memory, so it is only asked where compute is at least
+    ``ILP_COMPUTE_SHARE`` of the iteration; on WAN-bound plans it cannot pay for its ~30 ms solve.
+    """
+    base = predict(plan, view)
+    if base.compute_s < ILP_COMPUTE_SHARE * base.iteration_s:
+        return plan
+    refined = refine_intra(plan, view)
+    if refined is not None and predict(refined, view).iteration_s < base.iteration_s:
+        return refined
+    return plan
+
+
+def refine_intra(plan: Plan, view: TopologyView) -> Plan | None:
+    """Re-plan each cluster's block of a single-replica plan with the intra-cluster ILP."""
+    if len(plan.replicas) > 1:
+        return None  # replicas must share layer boundaries; keep the inter-level split
+    blocks: list[list[Stage]] = []
+    for st in plan.stages:
+        if blocks and blocks[-1][0].cluster == st.cluster:
+            blocks[-1].append(st)
+        else:
+            blocks.append([st])
+    stages, before = [], 0
+    for block in blocks:
+        cluster = view.topology.cluster(block[0].cluster)
+        prof = cluster.profile
+        problem = IntraProblem(
+            model=plan.job.model, gpu=prof.name, gpus_per_node=cluster.gpus_per_node,
+            nvlink_gbps=cluster.intra_node_bandwidth_gbps, gpus=sum(s.tp for s in block) * plan.dp,
+            dp=plan.dp, dp_total=plan.data_parallel, layers=block[-1].layer_end - block[0].layer_start,
+            first=block[0].layer_start == 0, last=block[-1].layer_end == plan.job.spec.layers,
+            stages_before=before, stages_after=plan.depth - before - len(block),
+            micro_batch_size=plan.micro_batch_size, micro_batches=plan.micro_batches,
+            seq_len=plan.job.seq_len, recompute=plan.recompute, zero1=plan.zero1,
+            efficiency=view.calibration.gpu_efficiency.get(prof.name, prof.efficiency))
+        sol = solve_intra(problem)
+        if sol is None:
+            return None
+        start = block[0].layer_start
+        for n in sol.layers:
+            stages.append(Stage(cluster=cluster.name, layer_start=start, layer_end=start + n, tp=sol.tp))
+            start += n
+        before += len(block)
+    refined = replace(plan, replicas=(tuple(stages),))
+    return refined if fits_memory(refined, view) else None

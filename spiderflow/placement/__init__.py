@@ -37,6 +37,8 @@ def run_planner(name: str, req: PlacementRequest) -> PlannerResult:
     t0 = time.perf_counter()
     placement = strategy(req)
     overhead = time.perf_counter() - t0
+    # Judged on the full-knowledge view, whatever the strategy saw (memoised: SpinSearch's
+    # winner was already simulated on this very view, so this costs it nothing).
     return PlannerResult(name, placement, predict(placement.plan, req.topology_view()), overhead)
 
 

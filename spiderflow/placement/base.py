@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, MatrixView, TopologyView
 from spiderflow.errors import InfeasiblePlan
@@ -43,11 +44,19 @@ class PlacementRequest:
                                  + (f" in {','.join(self.allowed)}" if self.allowed else ""))
 
     def topology_view(self) -> TopologyView:
-        """Full knowledge: routes, shared links, current load."""
+        """Full knowledge: routes, shared links, current load (one memoising view per request)."""
+        return self._topology_view
+
+    @cached_property
+    def _topology_view(self) -> TopologyView:
         return TopologyView(topology=self.topology, calibration=self.calibration, link_load=self.link_load)
 
     def matrix_view(self) -> TopologyView:
         """Published-planner knowledge: a pairwise matrix, no sharing, no load."""
+        return self._matrix_view
+
+    @cached_property
+    def _matrix_view(self) -> TopologyView:
         return MatrixView(self.topology, self.calibration)
 
     @property
