@@ -182,7 +182,15 @@ def cmd_bench_planner(args) -> int:
     return 0
 
 
-COMMANDS = [add_plan, add_topology, add_bench]
+def add_sim_commands(sub) -> None:
+    from spiderflow.simulate import commands
+
+    commands.add_simulate(sub)
+    commands.add_compare(sub)
+    commands.add_trace(sub)
+
+
+COMMANDS = [add_plan, add_topology, add_bench, add_sim_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:
