@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -102,9 +103,51 @@ def micro_batchings(job: Job, data_parallel: int) -> list[tuple[int, int]]:
     return [(b, -(-job.global_batch // (data_parallel * b))) for b in MICRO_BATCH_SIZES[:2]]
 
 
+_MEMO: OrderedDict = OrderedDict()
+MEMO_SIZE = 50_000
+
+
+def _memo_key(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, flags: tuple) -> tuple:
+    """Everything TPA's answer depends on: the job's shape, the chain, and the network figures
+    among the chain's clusters (pairwise channels; on one topology these also fix ring rates)."""
+    names = [c for c, _ in segments]
+    chans = tuple(view.p2p(a, b) for a in names for b in names if a != b)
+    return (id(view.topology), id(view.calibration), view.shares_links, job.model, job.gpus,
+            job.global_batch, job.seq_len, tuple(segments), chans, flags)
+
+
 def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, *,
                    intra_ilp: bool = True, exact_checks: int = EXACT_CHECKS) -> Plan:
-    """The fastest plan TPA finds for ``segments`` (ordered (cluster, gpus)); InfeasiblePlan if none fits."""
+    """The fastest plan TPA finds for ``segments`` (ordered (cluster, gpus)); InfeasiblePlan if none fits.
+
+    Memoised (LRU, ``MEMO_SIZE`` entries) on the job's shape, the chain and the network figures
+    among its clusters, so a trace's recurring job shapes are planned once per network state.
+    """
+    key = _memo_key(job, segments, view, (intra_ilp, exact_checks))
+    hit = _MEMO.get(key)
+    if hit is not None:
+        _MEMO.move_to_end(key)
+        if isinstance(hit, InfeasiblePlan):
+            raise InfeasiblePlan(str(hit).replace(hit.job_id, job.job_id, 1)) from None
+        return replace(hit, job=job)
+    try:
+        plan = _plan_placement(job, segments, view, intra_ilp=intra_ilp, exact_checks=exact_checks)
+    except InfeasiblePlan as exc:
+        exc.job_id = job.job_id
+        _remember(key, exc)
+        raise
+    _remember(key, plan)
+    return plan
+
+
+def _remember(key: tuple, value) -> None:
+    _MEMO[key] = value
+    if len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+
+
+def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, *,
+                    intra_ilp: bool, exact_checks: int) -> Plan:
     scored: list[tuple[float, int, Plan]] = []
     tie = itertools.count()
     shapes = 0
