@@ -1,0 +1,64 @@
+"""Alibaba GPU trace v2023 (Weng et al., ATC'23, "Beware of Fragmentation: Scheduling
+GPU-Sharing Workloads with Fragmentation Gradient Descent"; github.com/alibaba/
+clusterdata, ``cluster-trace-gpu-v2023/csv/openb_pod_list_*.csv``).
+
+Schema (header line present)::
+
+    name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time
+
+``num_gpu`` is whole GPUs (0..8); ``gpu_milli`` the thousandths of one GPU a
+GPU-sharing pod (``num_gpu`` 1) asks for; ``pod_phase`` is Succeeded, Running,
+Pending or Failed at the pod's deletion; times are seconds (``scheduled_time``
+blank for pods never scheduled). The sampled lists that carry only the first
+five columns have no times and cannot be replayed.
+
+Mapping (see :mod:`spiderflow.traces.mapping`): one job per pod; arrival =
+``creation_time``; GPUs = ``num_gpu`` (a shared fraction of one GPU counts as
+1); run time = ``deletion_time - scheduled_time``; finished = phase
+Succeeded **or Running**: most pods of the trace were deleted while Running,
+which we read as removed by their owner after running without error, whereas
+Failed pods did not end well and Pending ones never ran. No job type. Note: the largest pods
+ask for 8 GPUs, so under the default ``min_gpus=8`` only 8-GPU pods remain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from spiderflow.traces.common import RowError, TraceLoad, float_field, text_field
+from spiderflow.traces.mapping import PublicJob
+from spiderflow.traces.public import load_public_csv
+
+REQUIRED = ("name", "num_gpu", "gpu_milli", "pod_phase", "creation_time", "deletion_time",
+            "scheduled_time")
+PHASES = ("Succeeded", "Running", "Pending", "Failed")
+FINISHED = ("Succeeded", "Running")
+
+
+def parse_row(row: Mapping[str, str]) -> PublicJob:
+    name = text_field(row, "name")
+    gpus = float_field(row, "num_gpu")
+    milli = float_field(row, "gpu_milli", optional=True) or 0.0
+    if gpus == 0 and milli > 0:  # a GPU share without a whole GPU
+        gpus = milli / 1000.0
+    phase = row["pod_phase"]
+    if phase not in PHASES:
+        raise RowError("pod_phase", f"must be one of {', '.join(PHASES)} (got {phase!r})")
+    created = float_field(row, "creation_time")
+    deleted = float_field(row, "deletion_time", optional=True)
+    scheduled = float_field(row, "scheduled_time", optional=True)
+    run = None
+    if scheduled is not None and deleted is not None:
+        if deleted < scheduled:
+            raise RowError("deletion_time", f"must not precede scheduled_time={row['scheduled_time']} "
+                           f"(got {row['deletion_time']!r})")
+        run = deleted - scheduled
+    return PublicJob(job_id=name, submit_s=created, gpus=gpus, duration_s=run,  # type: ignore[arg-type]
+                     finished=phase in FINISHED)
+
+
+def load_alibaba2023(path: str | Path, *, source: str, skip_bad_rows: bool = False,
+                     **options: object) -> TraceLoad:
+    return load_public_csv(path, source=source, fmt="alibaba-v2023", required=REQUIRED,
+                           parse_row=parse_row, skip_bad_rows=skip_bad_rows, options=options)

@@ -1,0 +1,100 @@
+"""The synthetic generator and the shipped traces."""
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from spiderflow.errors import ConfigError
+from spiderflow.traces import generate_trace, load_trace
+from spiderflow.traces.generate import CLASSES, fits
+from spiderflow.traces.mapping import reference_iteration_time_s
+
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+
+
+def kind(job):
+    return job.job_id.split("-")[0]
+
+
+def run_s(job):
+    """Run time alone on A100s, the generator's target."""
+    return job.iterations * reference_iteration_time_s(job.model, job.gpus, job.global_batch, job.seq_len)
+
+
+def test_reproducible_for_a_seed():
+    assert generate_trace(200, 7) == generate_trace(200, 7)
+    assert generate_trace(200, 7) != generate_trace(200, 8)
+    assert generate_trace(50, 7) == generate_trace(200, 7)[:50]  # a prefix does not depend on the length
+
+
+def test_shape_of_a_trace():
+    jobs = generate_trace(2000, 1)
+    assert len({j.job_id for j in jobs}) == 2000
+    assert jobs[0].arrival_s == 0.0
+    assert all(a.arrival_s <= b.arrival_s for a, b in zip(jobs, jobs[1:]))
+    assert {j.gpus for j in jobs} <= {8, 16, 32, 64, 128, 256, 512}
+    assert {8, 512} <= {j.gpus for j in jobs}
+    assert all(fits(j.model, j.gpus) for j in jobs)
+    assert all(j.iterations >= 1 for j in jobs)
+    counts = {k: sum(kind(j) == k for j in jobs) for k in CLASSES}
+    assert counts["eval"] > 0.55 * 2000 and 0.03 * 2000 < counts["pretrain"] < 0.12 * 2000
+    gpu_s = {k: sum(run_s(j) * j.gpus for j in jobs if kind(j) == k) for k in CLASSES}
+    total = sum(gpu_s.values())
+    assert gpu_s["pretrain"] > 0.7 * total and gpu_s["eval"] < 0.05 * total  # few jobs, most GPU time
+    runs = sorted(run_s(j) for j in jobs)
+    assert runs[0] < 10 * 60 and runs[-1] > 86400  # JCTs from minutes to days
+    assert 60 < statistics.median(runs) < 3600  # most jobs are short
+
+
+def gaps(jobs):
+    return [b.arrival_s - a.arrival_s for a, b in zip(jobs, jobs[1:])]
+
+
+def test_poisson_and_bursty_arrivals_keep_the_mean_gap():
+    poisson = gaps(generate_trace(6000, 3, mean_interarrival_s=100.0))
+    bursty = gaps(generate_trace(6000, 3, arrival="bursty", mean_interarrival_s=100.0))
+    for g in (poisson, bursty):
+        assert statistics.mean(g) == pytest.approx(100.0, rel=0.15)
+    cv = [statistics.stdev(g) / statistics.mean(g) for g in (poisson, bursty)]
+    assert cv[0] == pytest.approx(1.0, abs=0.1)  # exponential gaps
+    assert cv[1] > 1.8  # bursts: many short gaps, a few long ones
+
+
+def test_max_gpus_and_mix_options():
+    small = generate_trace(300, 2, max_gpus=64)
+    assert max(j.gpus for j in small) == 64
+    assert all(fits(j.model, j.gpus) for j in small)
+    only = generate_trace(50, 2, mix={"pretrain": 1.0})
+    assert {kind(j) for j in only} == {"pretrain"}
+    assert min(j.gpus for j in only) >= 64
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"jobs": 0}, "jobs must be a positive integer"),
+    ({"arrival": "uniform"}, "arrival must be one of poisson, bursty"),
+    ({"mean_interarrival_s": 0}, "mean_interarrival_s must be a number > 0"),
+    ({"max_gpus": 100}, "max_gpus must be a power of two >= 8"),
+    ({"mix": {"training": 1.0}}, "mix must be keyed by eval, finetune, pretrain"),
+    ({"mix": {"eval": 0.0}}, "mix must be a mapping with some share > 0"),
+])
+def test_bad_arguments(kwargs, message):
+    args = {"jobs": 10, "seed": 0, **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        generate_trace(**args)
+
+
+def test_shipped_synthetic_trace_is_the_generators_output():
+    load = load_trace(TRACES / "synthetic-1000.csv")
+    assert load.format == "ours" and load.skipped == 0
+    assert load.jobs == generate_trace(1000, 0)
+    assert "generate_trace(1000, seed=0)" in (TRACES / "synthetic-1000.csv").read_text().splitlines()[0]
+
+
+def test_shipped_default_trace_fits_the_default_topology():
+    jobs = load_trace(TRACES / "default.csv").jobs
+    assert 4 <= len(jobs) <= 5
+    assert {j.model for j in jobs} <= {"gpt3-125m", "gpt3-350m", "gpt3-1.3b"}
+    for j in jobs:
+        assert 4 <= j.gpus <= 16 and j.arrival_s <= 60
+        assert 20 <= j.iterations <= 50 and 32 <= j.global_batch <= 128 and 1024 <= j.seq_len <= 2048
