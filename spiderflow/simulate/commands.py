@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
@@ -74,8 +75,8 @@ def _load(args):
     jobs = trace.jobs[: args.jobs] if args.jobs else trace.jobs
     if not jobs:
         raise ConfigError(f"{args.trace}: no jobs to replay")
-    if trace.skipped:
-        print(f"skipped {trace.skipped} bad row(s) of {args.trace}")
+    if trace.skipped or any(trace.dropped.values()) or not args.json:
+        print(trace.summary(), file=sys.stderr)
     cal = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
     return topo, jobs, cal
 
