@@ -11,11 +11,12 @@ import time
 from dataclasses import dataclass
 
 from spiderflow.costmodel import Prediction, predict
-from spiderflow.placement import blind, spinsearch
+from spiderflow.placement import blind, genetic, spinsearch
 from spiderflow.placement.base import Placement, PlacementRequest, Strategy
 
 PLANNERS: dict[str, Strategy] = {
     "spinsearch": spinsearch.place,
+    "genetic": genetic.place_genetic,
     "blind": blind.place,
 }
 DEFAULT_PLANNER = "spinsearch"
