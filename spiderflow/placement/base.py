@@ -36,6 +36,7 @@ class PlacementRequest:
     time_limit_s: float = 60.0
     threads: int = 1
     allowed: tuple[str, ...] | None = None  # restrict to these clusters (in this order)
+    search_budget: int | None = None  # trials of search baselines (genetic); None: their defaults
 
     def __post_init__(self) -> None:
         free = sum(self.free_gpus.get(c, 0) for c in (self.allowed or self.topology.names))

@@ -77,6 +77,8 @@ FINAL_TRIES = 8
 
 def place_genetic(req: PlacementRequest, *, population: int = 100, generations: int | None = None,
                   trials: int = 4900) -> Placement:
+    if req.search_budget is not None:  # reduced settings for long traces (compare --search-budget)
+        trials = req.search_budget
     if population < 2:
         raise ValueError(f"population must be >= 2 (got {population})")
     if generations is not None:

@@ -27,6 +27,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--charge-overhead", action="store_true", help="add scheduling overhead to the start delay")
     p.add_argument("--calibration")
     p.add_argument("--time-limit", type=float, default=10.0, help="ILP time limit per decision, seconds")
+    p.add_argument("--search-budget", type=int, help="genetic trials per decision (default: the paper's 4,900)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out")
     p.add_argument("--json", action="store_true")
@@ -85,7 +86,8 @@ def _run(name: str, topo, jobs, cal, args) -> tuple[list, dict]:
     from tqdm import tqdm
 
     cfg = SimConfig(planner=name, backfill=args.backfill, charge_overhead=args.charge_overhead,
-                    calibration=cal, seed=args.seed, time_limit_s=args.time_limit)
+                    calibration=cal, seed=args.seed, time_limit_s=args.time_limit,
+                    search_budget=args.search_budget)
     with tqdm(total=len(jobs), desc=f"{name:>10}", unit="job", leave=False,
               disable=args.json) as bar:
         records = simulate(topo, jobs, cfg, progress=bar.update)
@@ -95,7 +97,8 @@ def _run(name: str, topo, jobs, cal, args) -> tuple[list, dict]:
 def _resolved(args, planners: list[str]) -> dict:
     return {"topology": args.topology, "trace": args.trace, "format": args.format, "jobs": args.jobs,
             "planners": planners, "backfill": args.backfill, "charge_overhead": args.charge_overhead,
-            "calibration": args.calibration, "time_limit_s": args.time_limit, "seed": args.seed}
+            "calibration": args.calibration, "time_limit_s": args.time_limit,
+            "search_budget": args.search_budget, "seed": args.seed}
 
 
 def cmd_simulate(args) -> int:

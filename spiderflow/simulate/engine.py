@@ -71,6 +71,7 @@ class SimConfig:
     calibration: Calibration = NO_CALIBRATION
     seed: int = 0
     time_limit_s: float = 10.0
+    search_budget: int | None = None
 
 
 class Simulation:
@@ -134,7 +135,8 @@ class Simulation:
             return False
         req = PlacementRequest(job=job, topology=self.topo, free_gpus=dict(self.free),
                                link_load=self._link_load(), calibration=self.cfg.calibration,
-                               seed=self.cfg.seed, time_limit_s=self.cfg.time_limit_s)
+                               seed=self.cfg.seed, time_limit_s=self.cfg.time_limit_s,
+                               search_budget=self.cfg.search_budget)
         t0 = time.perf_counter()
         try:
             res = run_planner(self.cfg.planner, req)

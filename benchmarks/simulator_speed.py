@@ -1,0 +1,54 @@
+"""Simulator speed: N synthetic jobs on a generated 64-cluster topology with SpinSearch.
+
+Target (issue 4): 10,000 jobs in under 60 s on one core. Writes
+benchmarks/results/simulator_speed.md with wall and CPU time, the machine and
+its load average (the machine is shared: CPU time is the steadier figure).
+
+    .venv/bin/python benchmarks/simulator_speed.py [--jobs 10000] [--clusters 64] [--planner spinsearch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import time
+from pathlib import Path
+
+from spiderflow.bench import machine
+from spiderflow.simulate.engine import SimConfig, simulate
+from spiderflow.simulate.metrics import summarise
+from spiderflow.topology.generate import generate_topology
+from spiderflow.traces import generate_trace
+
+OUT = Path(__file__).parent / "results" / "simulator_speed.md"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--clusters", type=int, default=64)
+    ap.add_argument("--planner", default="spinsearch")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    topo = generate_topology(args.clusters, 0)
+    jobs = generate_trace(args.jobs, 0)
+    load0 = os.getloadavg()[0]
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    records = simulate(topo, jobs, SimConfig(planner=args.planner))
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    s = summarise(records, topo.total_gpus)
+    text = (f"# Simulator speed\n\n{dt.date.today()}, {machine()}; load average at start {load0:.2f}.\n\n"
+            f"Command: `.venv/bin/python benchmarks/simulator_speed.py --jobs {args.jobs} "
+            f"--clusters {args.clusters} --planner {args.planner}`\n\n"
+            f"| jobs | clusters | GPUs | planner | wall (s) | CPU (s) | planner time (s) | completed | rejected |\n"
+            f"|---:|---:|---:|---|---:|---:|---:|---:|---:|\n"
+            f"| {args.jobs} | {args.clusters} | {topo.total_gpus} | {args.planner} | {wall:.1f} | {cpu:.1f} | "
+            f"{s['total_overhead_s']:.1f} | {s['completed']} | {s['rejected']} |\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
