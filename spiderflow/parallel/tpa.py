@@ -6,7 +6,8 @@ For every shape the placement admits (:mod:`spiderflow.parallel.shapes`):
    efficiency``; for replicas, the slowest replica's stage at each position),
    at least one layer per stage; then, while a stage does not fit in memory,
    move a layer from it to its lighter neighbour.
-2. **Micro-batching**: micro-batch size b in 1, 2, 4, 8; the micro-batch count
+2. **Micro-batching**: micro-batch size b in 1, 2, 4, 8 (only the smallest for
+   one-stage shapes, where no bubble makes b matter); the micro-batch count
    ``m = global_batch / (replicas x dp x b)`` (shapes that do not divide the
    batch are skipped unless none does; then m is rounded up and the plan's
    ``global_batch`` says so).
@@ -153,7 +154,10 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
     shapes = 0
     for shape in enumerate_shapes(segments, view.topology, job.spec):
         shapes += 1
-        for b, m in micro_batchings(job, len(shape.replicas) * shape.dp):
+        options = micro_batchings(job, len(shape.replicas) * shape.dp)
+        if shape.depth == 1:  # one stage: no bubble, compute linear in b -> every b takes the same time
+            options = options[:1]
+        for b, m in options:
             plan = _fit(job, shape, b, m, view)
             if plan is not None:
                 scored.append((estimate(plan, view), next(tie), plan))

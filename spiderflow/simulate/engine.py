@@ -52,6 +52,8 @@ class JobRecord:
     updated_s: float = 0.0
     token: int | None = None
     routes: list = field(default_factory=list)
+    shares: tuple = ()
+    shared_iteration_s: float | None = None
     reason: str = ""
 
     @property
@@ -190,8 +192,12 @@ class Simulation:
                 for i, route in enumerate(rec.routes):
                     for key in route:
                         per_link[key] += rates[(id(rec), i)]
-                view = TopologyView(topology=self.topo, calibration=self.cfg.calibration, link_gbps=dict(per_link))
-                iteration = estimate(rec.plan, view)
+                shares = tuple(sorted(per_link.items()))
+                if shares != rec.shares:  # re-estimate only when this job's shares moved
+                    view = TopologyView(topology=self.topo, calibration=self.cfg.calibration,
+                                        link_gbps=dict(per_link))
+                    rec.shares, rec.shared_iteration_s = shares, estimate(rec.plan, view)
+                iteration = rec.shared_iteration_s
             else:
                 iteration = rec.alone_iteration_s
             if iteration == rec.iteration_s and rec.token is not None:
