@@ -1,0 +1,119 @@
+"""``sudo python -m emulator check``: build the network, measure every link, tear down.
+
+Measures both directions of every WAN link and of one host pair per cluster
+(see :mod:`emulator.measure` for exactly what each measurement crosses),
+prints configured vs measured with the shaping mechanism, and exits 1 if
+any is outside the tolerance of :mod:`emulator.tolerance`. Progress goes to
+stderr, the table (or ``--json``) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from emulator.capability import require_root
+from emulator.measure import Result, measure_all
+from emulator.network import Emulation
+from emulator.plan import MECHANISMS, NetConfig
+from emulator.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, problems
+from spiderflow.topology import load_topology
+
+HELP = "build the emulated network, measure every link's bandwidth and delay, tear down"
+DEFAULT_TOPOLOGY = "topologies/default.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default %(default)s)")
+    add_network_arguments(parser)
+    parser.add_argument("--seconds", type=float, default=4.0,
+                        help="measured seconds per WAN flow, after a warm-up of at least 2 s and 15 "
+                             "round trips (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--trace", action="store_true", help="log every configuration command")
+
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of :class:`NetConfig`; other subcommands (run, calibrate) can reuse them."""
+    d = NetConfig()
+    parser.add_argument("--hosts-per-cluster", type=int, default=d.hosts_per_cluster, metavar="K",
+                        help="emulated hosts (ranks) per cluster (default %(default)s)")
+    parser.add_argument("--scale", type=float, default=d.scale,
+                        help="divide every bandwidth by this on the wire; latencies are not scaled "
+                             "(default %(default)g)")
+    parser.add_argument("--intra-cap-mbps", type=float, default=d.intra_cap_mbps,
+                        help="cap on intra-cluster wire rates after scaling (default %(default)g)")
+    parser.add_argument("--delay", choices=MECHANISMS, default=d.delay,
+                        help="delay mechanism: netem if the kernel has it, else the NFQUEUE stage "
+                             "on the gateways (default %(default)s)")
+
+
+def network_config(args: argparse.Namespace) -> NetConfig:
+    return NetConfig(hosts_per_cluster=args.hosts_per_cluster, scale=args.scale,
+                     intra_cap_mbps=args.intra_cap_mbps, delay=args.delay)
+
+
+def resolve_topology(path: str) -> str:
+    """``path`` as given, or relative to the repository when run from elsewhere."""
+    if Path(path).exists() or Path(path).is_absolute():
+        return path
+    repo = Path(__file__).resolve().parent.parent / path
+    return str(repo) if repo.exists() else path
+
+
+def main(args: argparse.Namespace) -> int:
+    topo = load_topology(resolve_topology(args.topology))  # bad files fail here, before root
+    config = network_config(args)
+    require_root()
+    progress = lambda msg: print(f"[check] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    t0 = time.monotonic()
+    with Emulation(topo, config, log=progress, trace=args.trace) as emu:
+        mechanism = emu.mechanism
+        results = measure_all(emu, wan_seconds=args.seconds, progress=progress)
+    ok = all(not problems_of(r) for r in results)
+    progress(f"done in {time.monotonic() - t0:.0f} s")
+    if args.json:
+        json.dump({"topology": topo.source, "scale": config.scale, "mechanism": mechanism,
+                   "hosts_per_cluster": config.hosts_per_cluster, "intra_cap_mbps": config.intra_cap_mbps,
+                   "tolerance": {"bandwidth_rel": BANDWIDTH_REL, "delay_abs_ms": DELAY_ABS_MS},
+                   "links": [r.as_json() for r in results], "ok": ok}, sys.stdout, indent=1)
+        print()
+    else:
+        print(format_table(topo.source, config, mechanism, results, ok))
+    return 0 if ok else 1
+
+
+def problems_of(r: Result) -> list[str]:
+    t = r.target
+    return problems(t.configured_mbps, r.measured_mbps, t.configured_delay_ms, r.measured_delay_ms)
+
+
+def format_table(source: str, config: NetConfig, mechanism: str, results: list[Result], ok: bool) -> str:
+    lines = [f"emulator check: {source}, {config.hosts_per_cluster} hosts per cluster, delay by {mechanism}",
+             f"scale {config.scale:g}: wire bandwidth = topology bandwidth / {config.scale:g} "
+             f"(intra-cluster capped at {config.intra_cap_mbps:g} Mbit/s); delays unscaled",
+             "",
+             f"{'link':<22} {'configured':>10} {'measured':>9} {'':>6}  {'configured':>10} {'measured':>9}  "
+             f"{'mechanism':<24} {'ok'}",
+             f"{'':<22} {'Mbit/s':>10} {'Mbit/s':>9} {'':>6}  {'delay ms':>10} {'delay ms':>9}"]
+    for r in results:
+        t = r.target
+        if t.kind == "wan":
+            name = f"{t.a} -> {t.b}"
+        else:  # "oregon h0->h1"
+            name = f"{t.a} {t.src[len(t.a) + 1:]}->{t.dst[len(t.a) + 1:]}"
+        pct = f"{100 * r.measured_mbps / t.configured_mbps:.1f}%"
+        bad = problems_of(r)
+        verdict = "ok" if not bad else "FAIL: " + "; ".join(bad)
+        if r.remeasured:
+            verdict += " (re-measured alone)"
+        lines.append(f"{name:<22} {t.configured_mbps:>10.1f} {r.measured_mbps:>9.1f} {pct:>6}  "
+                     f"{t.configured_delay_ms:>10.2f} {r.measured_delay_ms:>9.2f}  {t.mechanism:<24} {verdict}")
+    lines.append("")
+    verdict = "all within" if ok else "NOT all within"
+    lines.append(f"{verdict} tolerance (bandwidth +-{BANDWIDTH_REL:.0%}, one-way delay "
+                 f"+-{DELAY_ABS_MS:g} ms) over {len(results)} measurements")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""``python -m emulator <subcommand>``: one parser, one error handler.
+
+Subcommands are modules listed in :data:`SUBCOMMANDS`; each provides
+``HELP`` (one line), ``add_arguments(parser)`` and ``main(args) -> int``. To
+add one (``run``, ``calibrate``), write its module and add a line here.
+Known errors (``SpiderFlowError``: a bad topology, not root, a busy lock, a
+failed command) print one line and exit with their code (2); ``--debug``
+shows the traceback instead. Ctrl-C exits 130, SIGTERM 143, after teardown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from spiderflow.errors import SpiderFlowError
+
+SUBCOMMANDS = {
+    "check": "emulator.check",
+    "clean": "emulator.clean",
+}
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict]:
+    parser = argparse.ArgumentParser(prog="python -m emulator",
+                                     description="Emulated WAN for SpiderFlow (needs root).")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    modules = {}
+    for name, module_name in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        modules[name] = module
+        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.HELP))
+    return parser, modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, modules = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return modules[args.command].main(args)
+    except SpiderFlowError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("interrupted; the network was torn down", file=sys.stderr)
+        return 130

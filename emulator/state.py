@@ -1,0 +1,201 @@
+"""Lock, state file, and removal of exactly what an emulation made.
+
+Everything an emulation makes lives inside network namespaces that exist only
+while a process of ours is in them (Mininet's host shells, the delay daemons,
+workers): the veths, the bridges, the addresses, routes, qdiscs and iptables
+rules all vanish with the namespace when its last process exits. Nothing is
+created in the root namespace. So "remove what we made" means "end every
+process we started", and the state file lists them:
+
+- each process as ``(pid, starttime, role)``: ``starttime`` (field 22 of
+  ``/proc/PID/stat``) makes a recycled pid harmless;
+- the run id, which every process we start carries in its environment as
+  ``SPIDERFLOW_EMULATION=<run id>``, so children that a worker forked are
+  found too (``/proc/PID/environ``);
+- the inventory of what the namespaces held (informative, for ``clean``'s
+  report), and the run's scratch directory.
+
+The lock is an ``flock`` on ``emulator.lock`` next to the state file: the
+kernel releases it when its holder dies, so a crash never leaves it stuck.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.errors import EmulatorError
+
+MARKER_ENV = "SPIDERFLOW_EMULATION"
+STATE_DIR_ENV = "SPIDERFLOW_STATE_DIR"
+RUN_DIR_PREFIX = "spiderflow-emu-"
+
+
+def default_state_dir() -> Path:
+    if os.environ.get(STATE_DIR_ENV):
+        return Path(os.environ[STATE_DIR_ENV])
+    run = Path("/run")
+    return run / "spiderflow" if run.is_dir() and os.access(run, os.W_OK) else Path("/tmp/spiderflow")
+
+
+def proc_starttime(pid: int) -> int | None:
+    """Start time of a live (non-zombie) process, None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def proc_has_marker(pid: int, run_id: str) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MARKER_ENV}={run_id}".encode() in environ.split(b"\0")
+
+
+def all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def marked_pids(run_id: str) -> list[int]:
+    """Live processes that carry this run's marker (never this process)."""
+    me = os.getpid()
+    return [pid for pid in all_pids()
+            if pid != me and proc_has_marker(pid, run_id) and proc_starttime(pid) is not None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcRecord:
+    pid: int
+    starttime: int
+    role: str
+
+    def alive(self) -> bool:
+        return proc_starttime(self.pid) == self.starttime
+
+
+class StateStore:
+    """``emulation.json`` and ``emulator.lock`` in one directory."""
+
+    def __init__(self, directory: Path | str | None = None) -> None:
+        self.dir = Path(directory) if directory else default_state_dir()
+        self.path = self.dir / "emulation.json"
+        self.lock_path = self.dir / "emulator.lock"
+        self._lock_fd: int | None = None
+
+    def acquire(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise EmulatorError(self.busy_message()) from None
+        self._lock_fd = fd
+
+    def busy_message(self) -> str:
+        state = self.read() or {}
+        who = f"pid {state['owner_pid']}, topology {state.get('topology', '?')}, since " \
+              f"{state.get('started', '?')}" if "owner_pid" in state else "see " + str(self.path)
+        return (f"another emulation is running ({who}); wait for it to finish or stop it "
+                "(Ctrl-C or kill PID), then retry")
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def read(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise EmulatorError(f"{self.path}: unreadable state file ({exc}); "
+                                "inspect it, then delete it by hand") from None
+
+    def write(self, state: dict) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_gone(pids: dict[int, int], timeout_s: float) -> dict[int, int]:
+    """Poll until every ``pid -> starttime`` is gone; return the survivors."""
+    deadline = time.monotonic() + timeout_s
+    left = dict(pids)
+    while left:
+        left = {p: st for p, st in left.items() if proc_starttime(p) == st}
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    return left
+
+
+def end_processes(pids: dict[int, int], *, grace_s: float = 2.0,
+                  kill_now: frozenset[int] | set[int] = frozenset()) -> dict[int, int]:
+    """SIGTERM (SIGKILL for ``kill_now``), wait ``grace_s``, SIGKILL the rest.
+
+    ``pids`` maps pid -> starttime; returns processes still alive after all that.
+    """
+    for pid, start in pids.items():
+        if proc_starttime(pid) == start:
+            _signal(pid, signal.SIGKILL if pid in kill_now else signal.SIGTERM)
+    left = _wait_gone(pids, grace_s)
+    for pid in left:
+        _signal(pid, signal.SIGKILL)
+    return _wait_gone(left, 3.0)
+
+
+def remove_leftovers(state: dict, *, log: Callable[[str], None] = lambda _m: None,
+                     grace_s: float = 2.0) -> int:
+    """End every process the state file names or that carries its marker; remove its files.
+
+    Returns how many processes were ended; raises EmulatorError if any survive.
+    """
+    records = [ProcRecord(**p) for p in state.get("processes", [])]
+    targets = {r.pid: r.starttime for r in records if r.alive()}
+    shells = {r.pid for r in records if r.role == "shell"}
+    run_id = state.get("run_id")
+    if run_id:
+        for pid in marked_pids(run_id):
+            start = proc_starttime(pid)
+            if start is not None:
+                targets.setdefault(pid, start)
+    targets.pop(os.getpid(), None)
+    workers = {p: s for p, s in targets.items() if p not in shells}
+    left = end_processes(workers, grace_s=grace_s)
+    left.update(end_processes({p: s for p, s in targets.items() if p in shells},
+                              grace_s=grace_s, kill_now=shells))
+    for path in state.get("files", []):
+        if Path(path).name.startswith(RUN_DIR_PREFIX):
+            shutil.rmtree(path, ignore_errors=True)
+    if left:
+        raise EmulatorError(f"could not end processes {sorted(left)}; they hold the emulated "
+                            "network's namespaces: kill them by pid, then run python -m emulator clean")
+    if targets:
+        log(f"ended {len(targets)} processes of emulation {run_id} "
+            f"({len(targets) - len(workers)} host shells); their namespaces are gone")
+    return len(targets)

@@ -1,0 +1,174 @@
+"""Real networks (root): shaping within tolerance, teardown that never leaks, the lock."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from emulator.errors import EmulatorError
+from emulator.measure import measure_all
+from emulator.network import Emulation
+from emulator.plan import NetConfig
+from emulator.tolerance import DELAY_ABS_MS, bandwidth_ok, delay_ok
+
+pytestmark = pytest.mark.root
+REPO = Path(__file__).resolve().parents[2]
+
+# Builds the two-cluster network in a child process, starts a worker that forks
+# a grandchild (which PR_SET_PDEATHSIG does not reach), says "ready", waits.
+CHILD = textwrap.dedent("""
+    import sys, time
+    from spiderflow.topology import parse_topology
+    from emulator.network import Emulation
+    topo = parse_topology({"name": "two",
+        "clusters": [{"name": "east", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
+                     {"name": "west", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}],
+        "links": [{"a": "east", "b": "west", "bandwidth_gbps": 0.6, "latency_ms": 20}]})
+    with Emulation(topo) as emu:
+        emu.popen("east-h0", ["sh", "-c", "sleep 300 & exec sleep 300"])
+        print("ready", flush=True)
+        time.sleep(120)
+""")
+
+
+def start_child(state_dir):
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=REPO, env={**os.environ, "SPIDERFLOW_STATE_DIR": str(state_dir)})
+    line = proc.stdout.readline()
+    assert line.strip() == b"ready", proc.stderr.read().decode()
+    return proc
+
+
+def test_two_cluster_network_is_within_tolerance(two_cluster, state_dir, assert_no_leak):
+    # intra capped at 300 Mbit/s: shaped and measured all the same, but cheap enough on 2 cores
+    # that a busy CI machine cannot starve it
+    with Emulation(two_cluster, NetConfig(hosts_per_cluster=2, intra_cap_mbps=300)) as emu:
+        assert emu.mechanism in ("netem", "nfqueue")
+        results = measure_all(emu, wan_seconds=3, wan_omit_s=1, intra_seconds=1.5, intra_omit_s=0.5)
+        stats = emu.delay_stats()
+    assert {(r.target.a, r.target.b) for r in results} == {("east", "west"), ("west", "east"), ("east", "east"),
+                                                          ("west", "west")}
+    for r in results:
+        t = r.target
+        assert bandwidth_ok(t.configured_mbps, r.measured_mbps), (t, r.measured_mbps)
+        assert delay_ok(t.configured_delay_ms, r.measured_delay_ms), (t, r.measured_delay_ms)
+    wan = [r for r in results if r.target.kind == "wan"]
+    assert all(r.target.configured_mbps == pytest.approx(60.0) for r in wan)
+    if emu.mechanism == "nfqueue":  # the delay stage kept its delay under the full-rate streams
+        queues = [q for per_router in stats.values() for q in per_router]
+        assert len(queues) == 2 and all(q["packets"] > 1000 for q in queues)
+        assert all(q["p99_late_ms"] < DELAY_ABS_MS for q in queues), queues
+    assert_no_leak()
+
+
+def test_teardown_after_normal_exit(two_cluster, state_dir, assert_no_leak):
+    with Emulation(two_cluster) as emu:
+        worker = emu.popen("east-h0", ["sleep", "300"], env={**os.environ, "WORKER_VAR": "1"})
+        assert "10.1.0.10/24" in emu.run("east-h0", ["ip", "-o", "addr", "show", "eth0"]).stdout
+        assert emu.hosts["west"][1].ip == "10.1.1.11"
+        assert (state_dir / "emulation.json").exists()
+    assert worker.poll() is not None
+    assert not (state_dir / "emulation.json").exists()
+    assert_no_leak()
+
+
+def test_teardown_after_exception(two_cluster, state_dir, assert_no_leak):
+    with pytest.raises(RuntimeError, match="boom"):
+        with Emulation(two_cluster) as emu:
+            emu.popen("west-h1", ["sleep", "300"])
+            raise RuntimeError("boom")
+    assert not (state_dir / "emulation.json").exists()
+    assert_no_leak()
+
+
+@pytest.mark.parametrize("sig, exit_codes", [(signal.SIGTERM, {128 + signal.SIGTERM}),
+                                               (signal.SIGINT, {-signal.SIGINT, 1, 130})],
+                         ids=["SIGTERM", "SIGINT"])
+def test_teardown_after_signal(state_dir, assert_no_leak, sig, exit_codes):
+    child = start_child(state_dir)
+    child.send_signal(sig)
+    assert child.wait(timeout=30) in exit_codes
+    assert not (state_dir / "emulation.json").exists()
+    assert_no_leak()
+
+
+def test_sigkill_leaves_a_state_file_that_clean_finishes(state_dir, assert_no_leak):
+    child = start_child(state_dir)
+    child.kill()
+    child.wait(timeout=10)
+    state = json.loads((state_dir / "emulation.json").read_text())
+    assert state["owner_pid"] == child.pid and len(state["processes"]) >= 6
+    done = subprocess.run([sys.executable, "-m", "emulator", "clean", "--state-dir", str(state_dir)],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "cleaned emulation" in done.stdout
+    assert not (state_dir / "emulation.json").exists()
+    assert_no_leak()
+    again = subprocess.run([sys.executable, "-m", "emulator", "clean", "--state-dir", str(state_dir)],
+                           capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert again.returncode == 0 and "nothing to clean" in again.stdout
+
+
+def test_next_emulation_removes_what_a_killed_one_left(two_cluster, state_dir, assert_no_leak):
+    child = start_child(state_dir)
+    child.kill()
+    child.wait(timeout=10)
+    notes = []
+    with Emulation(two_cluster, log=notes.append):
+        pass
+    assert any("did not tear down" in n for n in notes)
+    assert_no_leak()
+
+
+def test_netem_command_lines_parse(tmp_path):
+    """tc accepts our netem syntax (this kernel may then refuse the qdisc kind itself)."""
+    from emulator.commands import tc_commands
+    from emulator.plan import Shape
+
+    scratch = subprocess.Popen(["unshare", "--net", "--", "sleep", "30"])
+    try:
+        import time
+
+        time.sleep(0.2)
+        enter = ["mnexec", "-a", str(scratch.pid)]
+        subprocess.run(enter + ["ip", "link", "add", "v0", "type", "veth", "peer", "name", "v1"], check=True)
+        shape = Shape(goodput_mbps=50.0, delay_ms=33.5, jitter_ms=2.0, loss_pct=0.1, queue_bytes=300_000)
+        *rate, leaf = tc_commands("v0", shape, netem=True)
+        for argv in rate:
+            subprocess.run(enter + argv, check=True)
+        done = subprocess.run(enter + leaf, capture_output=True, text=True)
+        assert done.returncode == 0 or "Specified qdisc kind is unknown" in done.stderr, done.stderr
+    finally:
+        scratch.kill()
+        scratch.wait()
+
+
+def test_a_second_emulation_is_refused_while_one_runs(two_cluster, state_dir, assert_no_leak):
+    with Emulation(two_cluster):
+        with pytest.raises(EmulatorError, match="another emulation is running"):
+            Emulation(two_cluster).__enter__()
+        done = subprocess.run([sys.executable, "-m", "emulator", "clean", "--state-dir", str(state_dir)],
+                              capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert done.returncode == 2 and "another emulation is running" in done.stderr
+    assert_no_leak()
+
+
+def test_check_cli_prints_json_and_tears_down(two_cluster_yaml, state_dir, assert_no_leak):
+    topo = two_cluster_yaml
+    done = subprocess.run([sys.executable, "-m", "emulator", "check", "--topology", str(topo), "--json",
+                           "--hosts-per-cluster", "1", "--seconds", "3"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True and report["scale"] == 10
+    assert len(report["links"]) == 2
+    for link in report["links"]:
+        assert set(link) >= {"a", "b", "configured_mbps", "measured_mbps", "configured_delay_ms",
+                             "measured_delay_ms", "mechanism"}
+    assert "[check]" in done.stderr  # progress
+    assert_no_leak()

@@ -1,0 +1,70 @@
+"""Lock, state file and removal by state (no root: uses processes of our own)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from emulator.errors import EmulatorError
+from emulator.state import MARKER_ENV, ProcRecord, StateStore, proc_starttime, remove_leftovers
+
+
+def test_second_lock_holder_is_refused_with_the_owner_named(tmp_path):
+    first, second = StateStore(tmp_path), StateStore(tmp_path)
+    first.acquire()
+    first.write({"owner_pid": 4242, "topology": "paper8", "started": "2026-01-01T00:00:00"})
+    try:
+        with pytest.raises(EmulatorError, match=r"another emulation is running \(pid 4242, topology paper8"):
+            second.acquire()
+    finally:
+        first.release()
+    second.acquire()  # free again once released
+    second.release()
+
+
+def test_state_round_trip_and_unreadable_file(tmp_path):
+    store = StateStore(tmp_path)
+    assert store.read() is None
+    store.write({"run_id": "x", "processes": []})
+    assert store.read() == {"run_id": "x", "processes": []}
+    store.path.write_text("{not json")
+    with pytest.raises(EmulatorError, match="unreadable state file"):
+        store.read()
+    store.remove()
+    assert store.read() is None
+
+
+def sleeper(marker=None):
+    env = dict(os.environ)
+    if marker:
+        env[MARKER_ENV] = marker
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+
+
+def test_remove_leftovers_ends_recorded_and_marked_processes_only(tmp_path):
+    recorded, marked, bystander = sleeper(), sleeper("run-1"), sleeper("run-2")
+    try:
+        run_dir = tmp_path / "spiderflow-emu-run-1-abc"
+        run_dir.mkdir()
+        state = {"run_id": "run-1", "files": [str(run_dir)], "processes": [
+            {"pid": recorded.pid, "starttime": proc_starttime(recorded.pid), "role": "delayd"}]}
+        assert remove_leftovers(state, grace_s=1.0) == 2
+        assert recorded.wait(5) is not None and marked.wait(5) is not None
+        assert bystander.poll() is None and not run_dir.exists()
+    finally:
+        for p in (recorded, marked, bystander):
+            p.kill()
+            p.wait()
+
+
+def test_a_recycled_pid_is_not_killed():
+    proc = sleeper()
+    try:
+        stale = ProcRecord(pid=proc.pid, starttime=proc_starttime(proc.pid) - 1, role="shell")
+        assert not stale.alive()
+        assert remove_leftovers({"run_id": "nobody", "processes": [vars(stale)]}, grace_s=0.5) == 0
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
