@@ -19,6 +19,7 @@ from spiderflow.errors import SpiderFlowError
 SUBCOMMANDS = {
     "check": "emulator.check",
     "clean": "emulator.clean",
+    "run": "emulator.run",
 }
 
 

@@ -1,21 +1,29 @@
 """One emulated rank: executes its stage's 1F1B schedule with real torch.distributed traffic.
 
-What a rank stands for: one pipeline-stage replica's tensor-parallel group,
-i.e. the ``tp`` GPUs of one (replica, stage, dp-index) of a plan. TP traffic
-stays inside a node and is folded into the stage's compute time; everything
-that crosses a network is real:
+What a rank stands for: GPUs of one pipeline stage of one replica that sit in
+one cluster. ``emulator run`` gives each (replica, stage) of a plan one rank
+and folds the stage's ``dp`` in-stage data-parallel groups and their ``tp``
+GPUs into it (:mod:`emulator.launch`, docs/emulator-run.md); the spec's byte
+counts and sleeps say what the rank stands for. TP traffic stays inside a
+node and is folded into the stage's compute time; what crosses a network is real:
 
-- activations forward and gradients backward between pipeline neighbours of
-  the same (replica, dp-index) line, as tensors of the plan's (scaled) byte
-  size, with ``isend``/``irecv`` (sends never block the schedule; receives do);
-- the gradient sync of the stage, after its last backward: inside one
-  cluster a ring all-reduce over the stage's data-parallel group; across
-  clusters hierarchical, as the cost model assumes (intra all-reduce, an
-  inter-cluster all-reduce of a 1/g shard per local rank, intra all-gather).
+- activations forward and gradients backward between pipeline neighbours,
+  as tensors of the spec's (scaled) byte sizes (``activation_bytes`` with the
+  next stage, ``prev_activation_bytes`` with the previous one), sent with
+  ``isend`` (sends never block the schedule); every receive of an iteration
+  is posted up front (gloo's send/recv is a rendezvous, see ``_post_receives``);
+- the gradient sync of the stage, after its last backward: first
+  ``sync_intra_s`` slept (the intra-cluster part the rank stands for), then,
+  over ``sync_groups``: inside one cluster a ring all-reduce over the stage's
+  group; across clusters hierarchical, as the cost model assumes (intra
+  all-reduce, an inter-cluster all-reduce of a 1/g shard per local rank,
+  intra all-gather).
 
 Compute is *emulated* by default: the rank sleeps the cost model's predicted
 forward / backward time of its stage for one micro-batch. Every operation is
-timestamped and written as a JSON line as it happens.
+timestamped and written as a JSON line as it happens; the ``start`` line
+carries ``mono``, the CLOCK_MONOTONIC origin of the rank's times, so ranks'
+times can be put on one clock.
 
 Runs alone (``python -m emulator.worker SPEC.json``) or under the torchrun
 contract (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` override
@@ -52,7 +60,7 @@ class RankSpec:
     iterations: int
     forward_s: float
     backward_s: float
-    activation_bytes: int  # one micro-batch's boundary tensor, already divided by the scale
+    activation_bytes: int  # one micro-batch's boundary tensor to the next stage, already divided by the scale
     grad_bytes: int  # this rank's gradient, already divided by the scale
     prev_rank: int | None
     next_rank: int | None
@@ -62,6 +70,10 @@ class RankSpec:
     timeout_s: float = 120.0
     backend: str = "gloo"
     compute: str = "emulated"
+    # boundary tensor to/from the previous stage (None: same as activation_bytes)
+    prev_activation_bytes: int | None = None
+    # the intra-cluster part of the gradient sync, slept before the real (WAN) part
+    sync_intra_s: float = 0.0
 
     @staticmethod
     def load(path: str) -> "RankSpec":
@@ -143,6 +155,58 @@ def sync(spec: RankSpec, groups: dict, torch, dist) -> None:
         dist.all_gather(parts, shard, group=groups["intra"][ci])
 
 
+def _post_receives(spec: RankSpec, dist, act_in, grad_in) -> dict[str, list]:
+    """Post every receive of one iteration (micro-batch k into row k), in micro-batch order.
+
+    gloo's send/recv is a rendezvous: a send's payload moves only once the
+    receiver has posted the matching recv. Posting them when the schedule
+    reaches each op would add a one-way latency to every transfer and stop
+    transfers from overlapping the receiver's compute; the cost model's p2p
+    (alpha + n / beta from the moment the sender is done) assumes neither.
+    Each peer's messages match in order, so row k gets micro-batch k.
+    """
+    out: dict[str, list] = {"F": [], "B": []}
+    if spec.prev_rank is not None:
+        out["F"] = [dist.irecv(act_in[k], src=spec.prev_rank) for k in range(spec.micro_batches)]
+    if spec.next_rank is not None:
+        out["B"] = [dist.irecv(grad_in[k], src=spec.next_rank) for k in range(spec.micro_batches)]
+    return out
+
+
+def _compute(seconds: float) -> None:
+    """Emulated GPU time: sleep it (the default timer slack is cut to 1 us by _tight_timers)."""
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+STARTUP_NICE_ENV = "SPIDERFLOW_STARTUP_NICE"
+
+
+def _leave_startup_nice() -> None:
+    """Back to priority 0 once every rank joined, if started niced with STARTUP_NICE_ENV=1.
+
+    The runner starts ranks under ``nice`` so that many ranks importing torch at once on a
+    small machine do not delay the schedules of jobs already running; lowering the nice
+    value again needs root, which the emulator has (otherwise the rank stays niced).
+    """
+    if os.environ.get(STARTUP_NICE_ENV) == "1" and os.getpriority(os.PRIO_PROCESS, 0) > 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except PermissionError:
+            pass
+
+
+def _tight_timers() -> None:
+    """Timer slack 1 us instead of the default 50 us: emulated compute sleeps many short
+    intervals (a few ms per micro-batch), and the slack is added to every one of them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1000, 0, 0, 0)  # PR_SET_TIMERSLACK, in ns
+    except (OSError, AttributeError):
+        pass
+
+
 def run(spec: RankSpec) -> int:
     import torch
     import torch.distributed as dist
@@ -152,36 +216,49 @@ def run(spec: RankSpec) -> int:
                          "implemented; use --compute emulated")
     log = Log(spec)
     torch.set_num_threads(1)
+    _tight_timers()
     dist.init_process_group(spec.backend, init_method=f"tcp://{spec.master_addr}:{spec.master_port}",
                             rank=spec.rank, world_size=spec.world_size,
                             timeout=dt.timedelta(seconds=spec.timeout_s))
     try:
         groups = _groups(spec, dist)
-        n_act = max(1, spec.activation_bytes // FLOAT_BYTES)
-        act_out, grad_out = torch.zeros(n_act), torch.zeros(n_act)
-        act_in, grad_in = torch.empty(n_act), torch.empty(n_act)
+        n_next = max(1, spec.activation_bytes // FLOAT_BYTES)
+        prev_bytes = spec.activation_bytes if spec.prev_activation_bytes is None else spec.prev_activation_bytes
+        n_prev = max(1, prev_bytes // FLOAT_BYTES)
+        m = spec.micro_batches
+        act_out, grad_out = torch.zeros(n_next), torch.zeros(n_prev)
+        # One receive buffer per micro-batch: every receive of an iteration is posted up front
+        # (see _post_receives), so each transfer starts as soon as its sender is ready.
+        act_in = torch.empty(m, n_prev) if spec.prev_rank is not None else None
+        grad_in = torch.empty(m, n_next) if spec.next_rank is not None else None
         order = one_f_one_b_order(spec.stage, spec.depth, spec.micro_batches)
         dist.barrier()
+        _leave_startup_nice()
         t0 = time.monotonic()
-        log.write(event="start", wall=time.time())
+        log.write(event="start", wall=time.time(), mono=t0)  # mono: CLOCK_MONOTONIC, shared by all ranks
         pending = []
+        recvs = _post_receives(spec, dist, act_in, grad_in)
         for it in range(spec.iterations):
             for kind, k in order:
                 start = time.monotonic() - t0
                 if kind == "F":
                     if spec.prev_rank is not None:
-                        dist.recv(act_in, src=spec.prev_rank)
-                    time.sleep(spec.forward_s)
+                        recvs["F"][k].wait()
+                    _compute(spec.forward_s)
                     if spec.next_rank is not None:
                         pending.append(dist.isend(act_out, dst=spec.next_rank))
                 else:
                     if spec.next_rank is not None:
-                        dist.recv(grad_in, src=spec.next_rank)
-                    time.sleep(spec.backward_s)
+                        recvs["B"][k].wait()
+                    _compute(spec.backward_s)
                     if spec.prev_rank is not None:
                         pending.append(dist.isend(grad_out, dst=spec.prev_rank))
                 log.write(event="op", kind=kind, it=it, mb=k, start=start, end=time.monotonic() - t0)
+            if it + 1 < spec.iterations:  # this iteration's buffers are consumed: post the next one's
+                recvs = _post_receives(spec, dist, act_in, grad_in)
             start = time.monotonic() - t0
+            if spec.sync_intra_s > 0:
+                time.sleep(spec.sync_intra_s)
             sync(spec, groups, torch, dist)
             end = time.monotonic() - t0
             log.write(event="op", kind="S", it=it, mb=-1, start=start, end=end)

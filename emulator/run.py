@@ -1,0 +1,173 @@
+"""``sudo python -m emulator run``: replay a trace with real torch.distributed ranks on the emulated WAN.
+
+Builds the network (:class:`~emulator.network.Emulation`), replays the trace
+with :class:`~emulator.runner.Runner`, tears the network down, and compares
+every job's measured iteration time with the cost model's prediction on the
+emulated network (see docs/emulator-run.md). Progress goes to stderr; the
+per-job table (or ``--json``) to stdout. Results are written to ``--out``:
+``config.json`` first, the ranks' JSON lines as they happen (``ranks/``),
+``jobs.csv`` and ``summary.md`` at the end, also after Ctrl-C or an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from emulator.capability import require_root
+from emulator.check import add_network_arguments, resolve_topology
+from emulator.errors import EmulatorError
+from emulator.plan import NetConfig
+from emulator.runner import JobRun, RunConfig, Runner
+from spiderflow.placement import DEFAULT_PLANNER, PLANNERS
+from spiderflow.topology import load_topology
+from spiderflow.traces import load_trace
+
+HELP = "replay a trace: real torch.distributed ranks run the planned jobs on the emulated WAN"
+DEFAULT_TOPOLOGY = "topologies/default.yaml"
+DEFAULT_TRACE = "traces/default.csv"
+DEFAULT_HOSTS = 4
+CSV_FIELDS = ("job_id", "status", "placement", "plan", "ranks", "predicted_iteration_s",
+              "predicted_alone_iteration_s", "predicted_shared_iteration_s", "measured_iteration_s", "measured_min_s", "measured_max_s",
+              "measured_iterations", "error_pct", "jct_s", "queue_s", "reason")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = RunConfig()
+    parser.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default %(default)s)")
+    parser.add_argument("--trace", default=DEFAULT_TRACE, help="job trace (default %(default)s)")
+    parser.add_argument("--planner", choices=sorted(PLANNERS), default=DEFAULT_PLANNER,
+                        help="placement strategy (default %(default)s)")
+    parser.add_argument("--iterations", type=int, default=d.iterations, metavar="K",
+                        help="iterations each job runs (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=d.warmup,
+                        help="first iterations left out of the measurement (default %(default)s)")
+    parser.add_argument("--time-scale", type=float, default=d.time_scale,
+                        help="divide the trace's arrival times by this (default %(default)g)")
+    parser.add_argument("--compute", choices=("emulated", "real"), default="emulated",
+                        help="emulated: sleep the cost model's GPU time (default); real: not implemented yet")
+    parser.add_argument("--job-timeout", type=float, default=d.job_timeout_s, metavar="S",
+                        help="fail a job still running S seconds after launch (default %(default)g)")
+    parser.add_argument("--slow-start-after-idle", action="store_true",
+                        help="keep the kernel's TCP slow start after idle (default: off in the emulated hosts, "
+                             "so a pipeline transfer costs alpha + n / beta as the cost model assumes)")
+    parser.add_argument("--out", default=None, help="output directory (default runs/<timestamp>)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_network_arguments(parser)
+    parser.set_defaults(hosts_per_cluster=DEFAULT_HOSTS)
+
+
+def main(args: argparse.Namespace) -> int:
+    topo = load_topology(resolve_topology(args.topology))  # bad inputs fail here, before root
+    trace_path = resolve_topology(args.trace)
+    jobs = load_trace(trace_path).jobs
+    if args.compute == "real":
+        raise EmulatorError("--compute real is not implemented yet; use --compute emulated (the default)")
+    net = NetConfig(hosts_per_cluster=args.hosts_per_cluster, scale=args.scale,
+                    intra_cap_mbps=args.intra_cap_mbps, delay=args.delay)
+    try:
+        cfg = RunConfig(planner=args.planner, iterations=args.iterations, warmup=args.warmup,
+                        time_scale=args.time_scale, job_timeout_s=args.job_timeout, net=net,
+                        warm_tcp=not args.slow_start_after_idle)
+    except ValueError as exc:
+        raise EmulatorError(f"run: {exc}") from None
+    require_root()
+    out = Path(args.out or f"runs/{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    progress = lambda msg: print(f"[run] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    config = {"topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planner": cfg.planner,
+              "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
+              "compute": args.compute, "warm_tcp": cfg.warm_tcp, "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
+              "net": asdict(net), "started": dt.datetime.now().isoformat(timespec="seconds")}
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    progress(f"{len(jobs)} jobs from {trace_path} on {topo.source}; planner {cfg.planner}; "
+             f"{cfg.iterations} iterations ({cfg.warmup} warm-up); arrivals / {cfg.time_scale:g}; output {out}")
+    from emulator.network import Emulation  # Mininet only once we know we will use it
+
+    t0 = time.monotonic()
+    runner = None
+    mechanism = None
+    try:
+        with Emulation(topo, net, log=progress) as emu:
+            mechanism = emu.mechanism
+            runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress)
+            try:
+                runner.run()
+            except BaseException:
+                runner.interrupt()
+                raise
+    finally:
+        if runner is not None:
+            wall = time.monotonic() - t0
+            write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks)
+            progress(f"results in {out} ({wall:.0f} s in all, at most {runner.peak_ranks} ranks at once)")
+    result = as_json(runner.jobs, net, out, runner.peak_ranks)
+    if args.json:
+        json.dump(result, sys.stdout, indent=1)
+        print()
+    else:
+        print(format_table(runner.jobs, net, mechanism, out))
+    return 0 if all(j.status == "ok" for j in runner.jobs) else 1
+
+
+def as_json(jobs: list[JobRun], net: NetConfig, out: Path, peak_ranks: int | None = None) -> dict:
+    errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
+    return {"jobs": [j.as_json() for j in jobs], "scale": net.scale, "out": str(out),
+            "median_abs_error_pct": statistics.median(errs) if errs else None, "peak_ranks": peak_ranks}
+
+
+def _fmt(x, spec=".3f") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str | None, wall_s: float,
+                  peak_ranks: int) -> None:
+    with open(out / "jobs.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for j in jobs:
+            d = j.as_json()
+            spread = d["measured_spread_s"] or [None, None]
+            w.writerow({**{k: d.get(k) for k in CSV_FIELDS if k in d},
+                        "placement": " ".join(f"{c}:{g}" for c, g in d["placement"].items()),
+                        "measured_min_s": spread[0], "measured_max_s": spread[1], "reason": d.get("reason", "")})
+    res = as_json(jobs, net, out, peak_ranks)
+    (out / "summary.md").write_text(
+        f"# emulator run\n\n{format_table(jobs, net, mechanism, out)}\n\n"
+        f"wall time {wall_s:.0f} s; at most {peak_ranks} ranks at once\n")
+    (out / "result.json").write_text(json.dumps(res, indent=1) + "\n")
+    with open(out / "ranks.jsonl", "w") as fh:  # every rank's lines in one file
+        for path in sorted((out / "ranks").glob("*.jsonl")):
+            fh.write(path.read_text())
+
+
+def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out: Path) -> str:
+    lines = [f"scale {net.scale:g} (bytes and bandwidths / {net.scale:g}; intra-cluster capped at "
+             f"{net.intra_cap_mbps:g} Mbit/s on the wire), delay by {mechanism or '?'}; times in real-equivalent s",
+             "",
+             f"{'job':<14} {'placement':<26} {'ranks':>5} {'predicted':>9} {'measured':>9} {'spread':>15} "
+             f"{'error':>7} {'shared':>7} {'error':>7} {'jct':>6}  status"]
+    for j in jobs:
+        d = j.as_json()
+        place = " ".join(f"{c}:{g}" for c, g in d["placement"].items())
+        spread = "-".join(_fmt(x) for x in d["measured_spread_s"]) if d["measured_spread_s"] else ""
+        err = f"{j.error_pct:+.1f}%" if j.error_pct is not None else ""
+        m, shared = j.measured_s, j.predicted_shared_s
+        err_shared = f"{100 * (shared - m) / m:+.1f}%" if m and shared is not None else ""
+        status = j.status + (f": {j.reason}" if j.status != "ok" else "")
+        lines.append(f"{j.job.job_id:<14} {place:<26} {len(j.ranks):>5} {_fmt(j.predicted_s):>9} "
+                     f"{_fmt(j.measured_s):>9} {spread:>15} {err:>7} {_fmt(shared):>7} {err_shared:>7} "
+                     f"{_fmt(j.jct_s, '.1f'):>6}  {status}")
+    errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
+    lines += ["", f"median |error| {statistics.median(errs):.1f}% over {len(errs)} job(s)" if errs
+              else "no job measured",
+              "predicted: the cost model with the link load at the job's launch (what the planner saw); "
+              "shared: with the load of every job that overlapped it", f"output: {out}"]
+    return "\n".join(lines)

@@ -1,0 +1,386 @@
+"""Replay a trace on an emulated network: place, plan, launch ranks, measure, tear down.
+
+``Runner(topology, jobs, config, emu).run()`` runs one event loop in the
+calling (main) thread; the :class:`~emulator.network.Emulation` that ``emu``
+is owns the network and every rank process (it kills them on exit, error or
+Ctrl-C). Arrivals are compressed by ``time_scale``: a job that arrives at
+``t`` s in the trace arrives ``t / time_scale`` s after the network is up.
+
+A job starts when the planner places it on the free emulated GPUs (with the
+current link load: the WAN routes of running jobs) and each cluster of its
+plan has a free host per rank there (:mod:`emulator.launch`). It ends after
+``iterations`` iterations; its measured iteration time is the median, over
+the iterations after ``warmup``, of the interval between consecutive
+iteration ends (the last rank's end of each iteration). A rank that exits
+non-zero (a crash, a kill, a collective timeout) fails its job only: the
+job's other ranks are ended, its hosts and GPUs return to the pool, and
+what it measured so far stays on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emulator.launch import describe_plan, emulated_view, predict_emulated, rank_specs, ranks_per_cluster
+from emulator.plan import HostPlan, NetConfig
+from emulator.worker import STARTUP_NICE_ENV, RankSpec, rank_env
+from spiderflow.errors import InfeasiblePlan
+from spiderflow.placement import PlacementRequest, run_planner
+from spiderflow.plan import Plan
+from spiderflow.simulate.flows import plan_routes
+from spiderflow.topology import Topology
+from spiderflow.workload import Job
+
+REPO = Path(__file__).resolve().parent.parent
+POLL_S = 0.1
+BASE_PORT = 29500
+# Ranks start niced (torch import, joining) and return to 0 once their job's ranks have all
+# joined, so a burst of starting ranks does not slow the schedules of running jobs.
+STARTUP_NICE = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    planner: str = "spinsearch"
+    iterations: int = 6
+    warmup: int = 2
+    time_scale: float = 10.0
+    job_timeout_s: float = 300.0  # from a job's launch to its last rank's exit
+    # torch.distributed timeout inside each rank, joining included (30+ ranks importing torch
+    # at once on 2 cores took over 60 s)
+    rank_timeout_s: float = 120.0
+    # Keep TCP's congestion window across idle gaps (net.ipv4.tcp_slow_start_after_idle=0 in every
+    # host namespace), as the cost model's alpha + n / beta assumes; see docs/emulator-run.md.
+    warm_tcp: bool = True
+    net: NetConfig = field(default_factory=NetConfig)
+
+    def __post_init__(self) -> None:
+        if self.iterations < 2:
+            raise ValueError(f"iterations must be >= 2 (got {self.iterations})")
+        if not 0 <= self.warmup <= self.iterations - 2:
+            raise ValueError(f"warmup must be in 0..iterations-2 = 0..{self.iterations - 2} (got {self.warmup}); "
+                             "an iteration time needs two measured iteration ends")
+        if not self.time_scale > 0:
+            raise ValueError(f"time_scale must be > 0 (got {self.time_scale})")
+
+
+@dataclass(kw_only=True)
+class Rank:
+    spec: RankSpec
+    host: HostPlan
+    proc: subprocess.Popen
+    exit: int | None = None
+
+
+@dataclass(kw_only=True)
+class JobRun:
+    job: Job
+    arrival_s: float  # compressed, since the network came up
+    status: str = "queued"  # queued | running | ok | failed | interrupted
+    reason: str = ""
+    plan: Plan | None = None
+    segments: tuple = ()
+    predicted_s: float | None = None  # emulated view, link load at launch
+    predicted_alone_s: float | None = None  # emulated view, no other job
+    # emulated view, loaded by every job that ran at some time during this one (launched later too)
+    predicted_shared_s: float | None = None
+    overlapped: set = field(default_factory=set)  # job ids that ran while this one ran
+    planner_overhead_s: float = 0.0
+    start_s: float | None = None
+    end_s: float | None = None
+    ranks: list[Rank] = field(default_factory=list)
+    routes: list = field(default_factory=list)
+    iteration_s: list[float] = field(default_factory=list)  # measured intervals after warm-up
+    iterations_done: int = 0
+
+    @property
+    def measured_s(self) -> float | None:
+        return statistics.median(self.iteration_s) if self.iteration_s else None
+
+    @property
+    def error_pct(self) -> float | None:
+        m = self.measured_s
+        return None if m is None or self.predicted_s is None else 100.0 * (self.predicted_s - m) / m
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.arrival_s
+
+    def as_json(self) -> dict:
+        m = self.measured_s
+        out = {"job_id": self.job.job_id, "placement": dict(self.segments),
+               "plan": describe_plan(self.plan) if self.plan else None,
+               "ranks": len(self.ranks),
+               "predicted_iteration_s": self.predicted_s, "predicted_alone_iteration_s": self.predicted_alone_s,
+               "predicted_shared_iteration_s": self.predicted_shared_s,
+               "measured_iteration_s": m,
+               "measured_spread_s": [min(self.iteration_s), max(self.iteration_s)] if self.iteration_s else None,
+               "measured_iterations": len(self.iteration_s),
+               "error_pct": self.error_pct, "jct_s": self.jct_s, "queue_s":
+                   None if self.start_s is None else self.start_s - self.arrival_s,
+               "status": self.status}
+        if self.status != "ok":
+            out["reason"] = self.reason
+        return out
+
+
+class Runner:
+    def __init__(self, topology: Topology, jobs: Sequence[Job], config: RunConfig, emu, *, out_dir: Path,
+                 log: Callable[[str], None] = lambda _m: None) -> None:
+        self.topo, self.cfg, self.emu, self.out, self.log = topology, config, emu, Path(out_dir), log
+        self.rank_dir = self.out / "ranks"
+        self.rank_dir.mkdir(parents=True, exist_ok=True)
+        self.jobs = [JobRun(job=j, arrival_s=j.arrival_s / config.time_scale) for j in jobs]
+        self.free_gpus = {c.name: c.total_gpus for c in topology.clusters}
+        self.free_hosts: dict[str, list[HostPlan]] = {c: list(hs) for c, hs in emu.hosts.items()}
+        self.hosts_per_cluster = {c: len(hs) for c, hs in emu.hosts.items()}
+        self.next_port = BASE_PORT
+        self.peak_ranks = 0  # most ranks running at once
+        self.t0 = time.monotonic()
+        self._launched = open(self.out / "launched.jsonl", "a", buffering=1)
+        if config.warm_tcp:
+            self._warm_tcp()
+
+    def _warm_tcp(self) -> None:
+        from emulator.commands import sysctl_command
+
+        argv = sysctl_command({"net.ipv4.tcp_slow_start_after_idle": "0"})
+        for hosts in self.emu.hosts.values():
+            for h in hosts:
+                self.emu.executor.run(h.name, self.emu.node(h.name).pid, argv)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    # ------------------------------------------------------------------ loop
+    def run(self) -> list[JobRun]:
+        self.t0 = time.monotonic()
+        try:
+            self._loop()
+        finally:
+            self._launched.close()
+        return self.jobs
+
+    def _loop(self) -> None:
+        dirty = True
+        arrived = 0
+        while any(j.status in ("queued", "running") for j in self.jobs):
+            now = self.now()
+            n = sum(1 for j in self.jobs if j.arrival_s <= now)
+            if n != arrived:
+                arrived, dirty = n, True
+            for j in self.jobs:
+                if j.status == "running" and self._poll(j):
+                    dirty = True
+            if dirty:
+                dirty = False
+                for j in self.jobs:
+                    if j.status == "queued" and j.arrival_s <= now:
+                        self._try_start(j)
+            time.sleep(POLL_S)
+
+    def interrupt(self) -> None:
+        """Mark what is still running or queued (on Ctrl-C); measure what the ranks wrote."""
+        for j in self.jobs:
+            if j.status in ("queued", "running"):
+                if j.status == "running":
+                    self._measure(j)
+                j.status, j.reason = "interrupted", "the run was interrupted"
+
+    # ------------------------------------------------------------------ start
+    def _link_load(self) -> dict:
+        load: Counter = Counter()
+        for j in self.jobs:
+            if j.status == "running":
+                for route in j.routes:
+                    for key in route:
+                        load[key] += 1
+        return dict(load)
+
+    def _fail(self, j: JobRun, reason: str) -> None:
+        j.status, j.reason = "failed", reason
+        j.end_s = self.now()
+        self.log(f"{j.job.job_id}: FAILED: {reason}")
+
+    def _try_start(self, j: JobRun) -> None:
+        job = j.job
+        if job.gpus > self.topo.total_gpus:
+            return self._fail(j, f"wants {job.gpus} GPUs, the topology has {self.topo.total_gpus}")
+        if job.gpus > sum(self.free_gpus.values()):
+            return
+        load = self._link_load()
+        all_free = all(self.free_gpus[c.name] == c.total_gpus for c in self.topo.clusters)
+        try:
+            res = run_planner(self.cfg.planner, PlacementRequest(job=job, topology=self.topo,
+                                                                 free_gpus=dict(self.free_gpus), link_load=load))
+        except InfeasiblePlan as exc:
+            if all_free:
+                self._fail(j, f"no feasible plan on the whole topology: {exc}")
+            return
+        j.planner_overhead_s += res.overhead_s
+        plan = res.placement.plan
+        need = ranks_per_cluster(plan)
+        for c, k in need.items():
+            if k > self.hosts_per_cluster[c]:
+                return self._fail(j, f"its plan needs {k} ranks in {c}, the emulation has "
+                                     f"{self.hosts_per_cluster[c]} hosts per cluster (raise --hosts-per-cluster)")
+        if any(k > len(self.free_hosts[c]) for c, k in need.items()):
+            return  # wait for hosts
+        self._launch(j, plan, res.placement.segments, load)
+
+    def _launch(self, j: JobRun, plan: Plan, segments, load: dict) -> None:
+        job = j.job
+        net = self.cfg.net
+        view = emulated_view(self.topo, net, link_load=load)
+        j.plan, j.segments, j.routes = plan, tuple(segments), plan_routes(plan, self.topo)
+        j.predicted_s = predict_emulated(plan, view)
+        j.predicted_alone_s = predict_emulated(plan, emulated_view(self.topo, net))
+        for c, g in plan.placement.items():
+            self.free_gpus[c] -= g
+        specs = rank_specs(plan, view, job_id=job.job_id, master_addr="0.0.0.0", master_port=0, scale=net.scale,
+                           iterations=self.cfg.iterations, out_dir=str(self.rank_dir),
+                           timeout_s=self.cfg.rank_timeout_s)
+        hosts = [self.free_hosts[plan.replicas[s.rank // plan.depth][s.stage].cluster].pop(0) for s in specs]
+        port, self.next_port = self.next_port, self.next_port + 1
+        j.start_s = self.now()
+        others = [o for o in self.jobs if o.status == "running" and o is not j]
+        for o in others:
+            o.overlapped.add(job.job_id)
+        j.overlapped.update(o.job.job_id for o in others)
+        running = sum(len(o.ranks) for o in others) + len(specs)
+        self.peak_ranks = max(self.peak_ranks, running)
+        j.status = "running"
+        for spec, host in zip(specs, hosts):
+            spec = RankSpec(**{**spec.__dict__, "master_addr": hosts[0].ip, "master_port": port})
+            path = self.rank_dir / f"{job.job_id}-r{spec.rank}.json"
+            spec.dump(path)
+            env = {**os.environ, **rank_env(host.intf, host.name, spec.backend), STARTUP_NICE_ENV: "1",
+                   "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            logfile = open(self.rank_dir / f"{job.job_id}-r{spec.rank}.log", "wb")
+            argv = ["nice", "-n", str(STARTUP_NICE), sys.executable, "-m", "emulator.worker", str(path)]
+            proc = self.emu.popen(host.name, argv, env=env,
+                                  role=f"{job.job_id}/r{spec.rank}", stdout=logfile, stderr=subprocess.STDOUT,
+                                  cwd=str(REPO))
+            logfile.close()
+            j.ranks.append(Rank(spec=spec, host=host, proc=proc))
+            self._launched.write(json.dumps({"job_id": job.job_id, "rank": spec.rank, "pid": proc.pid,
+                                             "host": host.name, "ip": host.ip, "t": j.start_s}) + "\n")
+        where = ", ".join(f"{c}:{g}" for c, g in segments)
+        self.log(f"{job.job_id}: started on {where}, {len(specs)} rank(s); {describe_plan(plan)}; "
+                 f"predicted {j.predicted_s:.3f} s/iteration")
+
+    # ------------------------------------------------------------------ progress and end
+    def _poll(self, j: JobRun) -> bool:
+        """True when the job ended (ok or failed) in this poll."""
+        for r in j.ranks:
+            if r.exit is None:
+                r.exit = r.proc.poll()
+        bad = [r for r in j.ranks if r.exit not in (None, 0)]
+        timed_out = self.now() - j.start_s > self.cfg.job_timeout_s
+        if not bad and not timed_out and any(r.exit is None for r in j.ranks):
+            return False
+        if bad or timed_out:
+            self._end_ranks(j)
+        self._measure(j)
+        self._predict_shared(j)
+        self._release(j)
+        if bad:
+            self._fail(j, self._reason(j, bad[0]))
+        elif timed_out:
+            self._fail(j, f"still running after {self.cfg.job_timeout_s:g} s (--job-timeout)")
+        else:
+            j.status, j.end_s = "ok", self.now()
+            m = j.measured_s
+            self.log(f"{j.job.job_id}: done; measured {m:.3f} s/iteration vs predicted {j.predicted_s:.3f} "
+                     f"({j.error_pct:+.1f}%)" if m else f"{j.job.job_id}: done, nothing measured")
+        return True
+
+    def _reason(self, j: JobRun, r: Rank) -> str:
+        where = f"rank {r.spec.rank} on {r.host.name}"
+        if r.exit is not None and r.exit < 0:
+            return f"{where} was killed by signal {signal.Signals(-r.exit).name}"
+        for line in reversed(self._lines(j.job.job_id, r.spec.rank)):
+            if line.get("event") == "failed":
+                return f"{where} failed: {line.get('reason')}"
+        log = self.rank_dir / f"{j.job.job_id}-r{r.spec.rank}.log"
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+        return f"{where} exited with status {r.exit}" + (f": {tail[0][:200]}" if tail else "")
+
+    def _end_ranks(self, j: JobRun) -> None:
+        """End the job's live ranks (each its own session: ``mnexec -d``), SIGTERM then SIGKILL."""
+        live = [r for r in j.ranks if r.proc.poll() is None]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for r in live:
+                try:
+                    os.killpg(r.proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 3.0
+            for r in live:
+                try:
+                    r.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+            live = [r for r in live if r.proc.poll() is None]
+            if not live:
+                break
+        for r in j.ranks:
+            if r.exit is None:
+                r.exit = r.proc.poll()
+
+    def _predict_shared(self, j: JobRun) -> None:
+        """The prediction with the link load of every job that overlapped this one (an upper bound
+        on the sharing it saw: the planner only knew the jobs running at its launch)."""
+        load: Counter = Counter()
+        for o in self.jobs:
+            if o.job.job_id in j.overlapped:
+                for route in o.routes:
+                    for key in route:
+                        load[key] += 1
+        j.predicted_shared_s = predict_emulated(j.plan, emulated_view(self.topo, self.cfg.net, link_load=load))
+
+    def _release(self, j: JobRun) -> None:
+        for c, g in j.plan.placement.items():
+            self.free_gpus[c] += g
+        for r in j.ranks:
+            self.free_hosts[r.host.cluster].append(r.host)
+        for hs in self.free_hosts.values():
+            hs.sort(key=lambda h: h.index)
+
+    def _lines(self, job_id: str, rank: int) -> list[dict]:
+        path = self.rank_dir / f"{job_id}-r{rank}.jsonl"
+        if not path.exists():
+            return []
+        out = []
+        for text in path.read_text().splitlines():
+            try:
+                out.append(json.loads(text))
+            except json.JSONDecodeError:  # a line cut by a kill
+                continue
+        return out
+
+    def _measure(self, j: JobRun) -> None:
+        """Iteration intervals after warm-up, from every rank's JSON lines (absolute monotonic times)."""
+        ends: dict[int, list[float]] = {}
+        for r in j.ranks:
+            mono = None
+            for line in self._lines(j.job.job_id, r.spec.rank):
+                if line.get("event") == "start":
+                    mono = line.get("mono")
+                elif line.get("event") == "iteration" and mono is not None:
+                    ends.setdefault(line["it"], []).append(mono + line["end"])
+        complete = sorted(it for it, v in ends.items() if len(v) == len(j.ranks))
+        last = {it: max(ends[it]) for it in complete}
+        j.iterations_done = len(complete)
+        j.iteration_s = [last[it] - last[it - 1] for it in complete
+                         if it >= max(1, self.cfg.warmup) and it - 1 in last]

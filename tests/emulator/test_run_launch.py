@@ -1,0 +1,126 @@
+"""Rank mapping and byte counts of `emulator run` (pure, no root), and its CLI without root."""
+
+import pytest
+
+from emulator import cli
+from emulator.launch import (emulated_topology, emulated_view, predict_emulated, rank_slots, rank_specs,
+                             ranks_per_cluster)
+from emulator.plan import NetConfig
+from spiderflow.costmodel.stages import stage_compute_s, stage_params, sync_s
+from spiderflow.plan import Plan, Stage
+from spiderflow.workload import Job
+from spiderflow.topology import parse_topology
+
+TOPO = parse_topology({
+    "name": "two",
+    "clusters": [{"name": "east", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
+                 {"name": "west", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}],
+    "links": [{"a": "east", "b": "west", "bandwidth_gbps": 1.0, "latency_ms": 10.0}],
+}, source="<test>")
+JOB = Job(job_id="j", arrival_s=0.0, model="gpt3-125m", gpus=16, iterations=10, global_batch=32, seq_len=1024)
+
+
+def plan_two_replicas() -> Plan:
+    """2 replicas (one per cluster) x 2 stages, dp 2 inside each stage."""
+    reps = tuple((Stage(cluster=c, layer_start=0, layer_end=6), Stage(cluster=c, layer_start=6, layer_end=12))
+                 for c in ("east", "west"))
+    return Plan(job=JOB, replicas=reps, dp=2, micro_batch_size=1, micro_batches=8)
+
+
+def plan_across() -> Plan:
+    rep = (Stage(cluster="east", layer_start=0, layer_end=6, tp=2), Stage(cluster="west", layer_start=6, layer_end=12))
+    return Plan(job=JOB, replicas=(rep,), dp=4, micro_batch_size=1, micro_batches=8)
+
+
+def specs(plan, scale=10.0):
+    view = emulated_view(TOPO, NetConfig(scale=scale))
+    return view, rank_specs(plan, view, job_id="j", master_addr="10.1.0.10", master_port=29500, scale=scale,
+                            iterations=6, out_dir="/tmp/x")
+
+
+def test_one_rank_per_replica_stage():
+    plan = plan_two_replicas()
+    assert [(s.rank, s.replica, s.stage, s.cluster) for s in rank_slots(plan)] == [
+        (0, 0, 0, "east"), (1, 0, 1, "east"), (2, 1, 0, "west"), (3, 1, 1, "west")]
+    assert ranks_per_cluster(plan) == {"east": 2, "west": 2}
+
+
+def test_wan_boundary_carries_dp_groups_intra_boundary_one_group():
+    group = JOB.spec.boundary_bytes(1, 1024)  # one dp group's boundary tensor
+    _, across = specs(plan_across())
+    assert across[0].activation_bytes == round(4 * group / 10) == across[1].prev_activation_bytes
+    _, local = specs(plan_two_replicas())
+    assert local[0].activation_bytes == round(group / 10) == local[1].prev_activation_bytes
+    assert local[0].prev_rank is None and local[0].next_rank == 1 and local[1].next_rank is None
+
+
+def test_sync_is_real_across_clusters_and_slept_inside():
+    plan = plan_two_replicas()
+    view, ss = specs(plan)
+    assert ss[0].sync_groups == [[[0], [2]], [[1], [3]]]  # stage 0: east rank 0, west rank 2
+    for s in ss:
+        stage = plan.replicas[0][s.stage]
+        assert s.grad_bytes == round(stage_params(plan, stage) * 2 / 10)
+        assert s.sync_intra_s == pytest.approx(sync_s(plan, s.stage, view)[0])
+        assert (s.forward_s, s.backward_s) == stage_compute_s(plan, stage, view.topology, view.calibration)
+    _, across = specs(plan_across())
+    assert across[0].sync_groups == [[], []]  # one replica: nothing crosses the WAN
+
+
+def test_emulated_view_caps_intra_bandwidth_at_the_wire_cap():
+    topo = emulated_topology(TOPO, NetConfig(scale=10.0, intra_cap_mbps=1000.0))
+    assert all(c.intra_cluster_bandwidth_gbps == 10.0 for c in topo.clusters)  # 1000 Mbit/s x 10
+    assert topo.links == TOPO.links
+    plan = plan_two_replicas()
+    assert predict_emulated(plan, emulated_view(TOPO, NetConfig(scale=10.0))) > \
+        predict_emulated(plan, emulated_view(TOPO, NetConfig(scale=10.0, intra_cap_mbps=100000.0)))
+
+
+def test_run_without_root_says_so_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert cli.main(["run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sudo" in err[0]
+
+
+def test_compute_real_is_refused_in_one_line(capsys):
+    assert cli.main(["run", "--compute", "real"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not implemented" in err[0]
+
+
+def test_specs_of_a_three_stage_plan_run_over_loopback(tmp_path):
+    """Rank 1 receives one group's bytes from rank 0 (same cluster) and sends dp x that to rank 2 (WAN):
+    sizes must agree pairwise, every receive posted ahead, the slept intra sync logged in S."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rep = (Stage(cluster="east", layer_start=0, layer_end=4), Stage(cluster="east", layer_start=4, layer_end=8),
+           Stage(cluster="west", layer_start=8, layer_end=12))
+    plan = Plan(job=JOB, replicas=(rep,), dp=2, micro_batch_size=1, micro_batches=4)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    view = emulated_view(TOPO, NetConfig(scale=100.0))
+    ss = rank_specs(plan, view, job_id="t", master_addr="127.0.0.1", master_port=port, scale=100.0,
+                    iterations=3, out_dir=str(tmp_path), timeout_s=60)
+    assert abs(ss[1].prev_activation_bytes * 2 - ss[1].activation_bytes) <= 1
+    assert ss[1].activation_bytes == ss[2].prev_activation_bytes
+    assert ss[0].activation_bytes == ss[1].prev_activation_bytes
+    paths = []
+    for spec in ss:
+        paths.append(tmp_path / f"r{spec.rank}.json")
+        spec.dump(paths[-1])
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    repo = Path(__file__).resolve().parents[2]
+    procs = [subprocess.Popen([sys.executable, "-m", "emulator.worker", str(p)], cwd=repo, env=env) for p in paths]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    for spec in ss:
+        lines = [json.loads(l) for l in (tmp_path / f"t-r{spec.rank}.jsonl").read_text().splitlines()]
+        assert lines[0]["event"] == "start" and "mono" in lines[0] and lines[-1]["event"] == "done"
+        syncs = [l for l in lines if l["event"] == "op" and l["kind"] == "S"]
+        assert len(syncs) == 3 and all(l["end"] - l["start"] >= spec.sync_intra_s * 0.9 for l in syncs)
