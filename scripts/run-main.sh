@@ -8,6 +8,6 @@ cd "$ROOT"
 if "$ROOT/.venv/bin/python" -c 'import emulator.runner' 2>/dev/null; then
   exec "$ROOT/.venv/bin/python" -m emulator run "$@"
 fi
-# Until the emulator's `run` lands: plan the default job on the default topology.
+# Fallback when the emulator is not importable: plan the default job.
 exec "$ROOT/.venv/bin/python" -m spiderflow plan --topology topologies/default.yaml \
   --model gpt3-1.3b --gpus 16 "$@"
