@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
-# README command 1: set up what is missing, then run the main job on the shipped defaults.
-# Extra arguments go to the main job.
+# README command 1: set up what is missing, then run the main job on the shipped defaults:
+# `python -m emulator run` (topologies/default.yaml, traces/default.csv, SpinSearch). Needs root.
+# Extra arguments go to `emulator run` (e.g. --json, --planner blind).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-if "$ROOT/.venv/bin/python" -c 'import emulator.runner' 2>/dev/null; then
-  exec "$ROOT/.venv/bin/python" -m emulator run "$@"
-fi
-# Fallback when the emulator is not importable: plan the default job.
-exec "$ROOT/.venv/bin/python" -m spiderflow plan --topology topologies/default.yaml \
-  --model gpt3-1.3b --gpus 16 "$@"
+exec "$ROOT/.venv/bin/python" -m emulator run "$@"
