@@ -11,13 +11,16 @@ import time
 from dataclasses import dataclass
 
 from spiderflow.costmodel import Prediction, predict
-from spiderflow.placement import blind, genetic, spinsearch
+from spiderflow.placement import blind, genetic, ilp, joint_ilp, spinsearch
 from spiderflow.placement.base import Placement, PlacementRequest, Strategy
 
 PLANNERS: dict[str, Strategy] = {
     "spinsearch": spinsearch.place,
+    "ilp": ilp.place_ilp,
+    "ilp-topo": ilp.place_ilp_topo,
     "genetic": genetic.place_genetic,
     "blind": blind.place,
+    "joint-ilp": joint_ilp.place_joint_ilp,
 }
 DEFAULT_PLANNER = "spinsearch"
 
