@@ -4,16 +4,20 @@ SpinSearch sees the cluster graph, the routes, the links several transfers
 share and the load running jobs put on each link (``req.topology_view()``).
 
 1. **Seeds.** Every cluster that can hold the job alone is a candidate (no
-   WAN traffic at all). Otherwise the ``SEEDS`` clusters with the most free
-   compute (free GPUs x peak x efficiency) seed a search.
+   WAN traffic at all), and the ``SEEDS`` clusters with the most free
+   compute (free GPUs x peak x efficiency) seed a search for spanning sets
+   (fast GPUs on a fat link can beat one slow cluster).
 2. **Spin.** From each seed, grow a set outward along the web of links: the
    next cluster is a frontier neighbour (graph neighbours of the set, or any
    cluster if the frontier is exhausted), chosen by one of three attachment
    rules -- ``wide`` (widest path from the set under current load, then
    shortest), ``big`` (most of the remaining need covered, then widest: fewer
    boundaries for big jobs) and ``blend`` (effective bandwidth x share of the
-   remaining need covered); stop when the set holds enough free GPUs. The last
-   cluster added gives only the remainder.
+   remaining need covered); stop when the set holds enough free GPUs. GPU
+   counts come in variants: in growth order, fastest clusters first, and
+   without each cluster the others can do without (fewer boundaries). On
+   small graphs (<= ``SMALL_TOPOLOGY`` clusters with free GPUs) every set of
+   2-3 clusters that can hold the job is a candidate too.
 3. **Order.** The set is ordered into a pipeline chain that maximises the
    thinnest boundary (then minimises summed latency): exhaustive for k <= 6
    clusters, greedy widest-neighbour chains from every start beyond.
@@ -21,7 +25,7 @@ share and the load running jobs put on each link (``req.topology_view()``).
    time (balanced compute; the better of a pipeline over the chain -- WAN
    bytes / effective bandwidth plus per-micro-batch latency -- and pipeline
    replicas with a hierarchical gradient all-reduce over the ring), and TPA
-   plans the ``TPA_CANDIDATES`` best (ranking its shapes by the closed-form
+   plans the ``TPA_CANDIDATES`` best and the leader reversed (ranking its shapes by the closed-form
    estimate, within 2% of the exact schedule), the estimate picks the winner,
    and TPA's intra-cluster ILP refines its clusters (kept if the exact
    schedule finds it faster).
@@ -45,7 +49,8 @@ from spiderflow.placement.base import Placement, PlacementRequest
 from spiderflow.workload import GRAD_BYTES_PER_PARAM, Job
 
 SEEDS = 6
-TPA_CANDIDATES = 2
+TPA_CANDIDATES = 3
+SMALL_TOPOLOGY = 8  # clusters with free GPUs; below this, small sets are enumerated too
 EXHAUSTIVE_ORDER = 6
 MICRO_BATCH_GUESS_SEQUENCES = 8  # proxy's guess of sequences per micro-batch across DP (m ~ batch / 8)
 
@@ -108,15 +113,31 @@ def _grow(req: PlacementRequest, seed: str, view: TopologyView, rule: str) -> li
     return chosen if have >= need else []
 
 
-def _counts(req: PlacementRequest, clusters: list[str]) -> dict[str, int]:
-    """Everything from each cluster in growth order; the last gives only the remainder."""
+def _fill(req: PlacementRequest, clusters: list[str]) -> dict[str, int]:
+    """Take from ``clusters`` in this order until the job has its GPUs."""
     left, counts = req.job.gpus, {}
     for c in clusters:
         take = min(req.free_gpus[c], left)
         if take:
             counts[c] = take
         left -= take
-    return counts
+    return counts if left == 0 else {}
+
+
+def _count_variants(req: PlacementRequest, grown: list[str]) -> list[dict[str, int]]:
+    """GPU counts for a grown set: in growth order, fastest clusters first, and without each
+    cluster the others can do without (fewer boundaries)."""
+    fastest = sorted(grown, key=lambda c: (-_speed(req, c), -req.free_gpus[c], c))
+    variants = [_fill(req, grown), _fill(req, fastest)]
+    for drop in grown:
+        rest = [c for c in fastest if c != drop]
+        if sum(req.free_gpus[c] for c in rest) >= req.job.gpus:
+            variants.append(_fill(req, rest))
+    out = []
+    for v in variants:
+        if v and v not in out:
+            out.append(v)
+    return out
 
 
 def _order(names: list[str], view: TopologyView) -> list[str]:
@@ -148,23 +169,28 @@ def place(req: PlacementRequest) -> Placement:
     chains: dict[tuple, list[tuple[str, int]]] = {}
     for c in cands:
         if req.free_gpus[c] >= job.gpus:
-            chains[(c,)] = [(c, job.gpus)]
-    if not chains or req.allowed:
-        seeds = sorted(cands, key=lambda c: (-req.free_gpus[c] * _speed(req, c), c))[:SEEDS]
-        if req.allowed:
-            seeds = list(req.allowed[:1])
-        for seed, rule in itertools.product(seeds, RULES):
-            grown = _grow(req, seed, view, rule)
-            if not grown:
-                continue
-            counts = _counts(req, grown)
+            chains[((c, job.gpus),)] = [(c, job.gpus)]
+    # Spanning clusters can beat any single cluster (fast GPUs on a fat link vs one slow cluster),
+    # so the spin runs whether or not a single cluster could hold the job.
+    seeds = sorted(cands, key=lambda c: (-req.free_gpus[c] * _speed(req, c), c))[:SEEDS]
+    if req.allowed:
+        seeds = list(req.allowed[:1])
+    grown_sets = [_grow(req, seed, view, rule) for seed, rule in itertools.product(seeds, RULES)]
+    if len(cands) <= SMALL_TOPOLOGY:  # tiny graphs: every set of up to 3 clusters, too
+        grown_sets += [list(s) for k in (2, 3) for s in itertools.combinations(sorted(cands), k)
+                       if sum(req.free_gpus[c] for c in s) >= job.gpus]
+    for grown in grown_sets:
+        for counts in _count_variants(req, grown) if grown else ():
             order = _order(list(counts), view)
-            chains.setdefault(tuple(order), [(c, counts[c]) for c in order])
+            chains.setdefault(tuple((c, counts[c]) for c in order), [(c, counts[c]) for c in order])
     if not chains:
         raise InfeasiblePlan(f"{job.job_id}: no connected set of clusters has {job.gpus} free GPUs")
     ranked = sorted(chains.values(), key=lambda ch: (proxy_time(job, ch, view, req), [c for c, _ in ch]))
     best, best_t, errors = None, math.inf, []
-    for chain in ranked[:TPA_CANDIDATES]:
+    finalists = ranked[:TPA_CANDIDATES]
+    if len(ranked[0]) > 1:  # the leader's reverse: which end holds the deeper 1F1B memory matters
+        finalists.append(ranked[0][::-1])
+    for chain in finalists:
         try:
             plan = plan_placement(job, chain, view, intra_ilp=False, exact_checks=1)
         except InfeasiblePlan as exc:

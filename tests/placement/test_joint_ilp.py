@@ -42,12 +42,13 @@ TRI = parse_topology({
 def test_joint_ilp_plan_is_optimal_valid_and_no_worse_than_ilp_with_tpa():
     """Its own Plan: all GPUs used, fits memory, and ``detail`` quotes ``predict`` on it.
 
-    On this case (measured) the joint MILP's plan predicts 1.41 s against 1.57 s for the
+    On this case (measured) the joint MILP's plan predicts 1.046 s against 1.072 s for the
     brute-force-optimal placement planned by TPA: TPA splits layers by compute, the joint MILP
     piles them on the fast side of a thin boundary. We only assert "no worse than ilp + 2%".
-    A 0.5 s solve; the 60 s limit is only a guard for loaded machines.
+    A 0.4 s solve (the same triangle with gpt3-2.7b takes 11 s: even 3 clusters can be slow for
+    this formulation); the 60 s limit is only a guard for loaded machines.
     """
-    req = request(TRI, job("gpt3-2.7b", 16, batch=64), time_limit_s=60.0)
+    req = request(TRI, job("gpt3-1.3b", 16, batch=64), time_limit_s=60.0)
     placement = place_joint_ilp(req)
     view = req.matrix_view()
     plan = placement.plan
