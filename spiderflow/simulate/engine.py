@@ -186,12 +186,18 @@ class Simulation:
     def _reshare(self, now: float) -> None:
         flows = {(id(rec), i): route for rec in self.running for i, route in enumerate(rec.routes)}
         rates = max_min_fair_share(self.capacity, flows) if flows else {}
+        total: Counter = Counter()
+        own: dict[int, Counter] = {id(rec): Counter() for rec in self.running}
+        for (job, i), route in flows.items():
+            for key in route:
+                total[key] += rates[(job, i)]
+                own[job][key] += rates[(job, i)]
         for rec in self.running:
             if rec.routes:
-                per_link: Counter = Counter()
-                for i, route in enumerate(rec.routes):
-                    for key in route:
-                        per_link[key] += rates[(id(rec), i)]
+                # What the other jobs' max-min rates leave of each link: alone, a job has every
+                # link whole (its own transfers take turns, as the cost model's schedule has them).
+                per_link = {key: self.capacity[key] - (total[key] - own[id(rec)][key])
+                            for key in own[id(rec)]}
                 shares = tuple(sorted(per_link.items()))
                 if shares != rec.shares:  # re-estimate only when this job's shares moved
                     view = TopologyView(topology=self.topo, calibration=self.cfg.calibration,

@@ -10,10 +10,12 @@ A plan puts traffic on the WAN in two ways:
 
 Every flow is elastic (TCP-like, no demand cap): concurrent jobs split each
 link max-min fairly (:mod:`spiderflow.simulate.fairshare`). A job's usable
-bandwidth on a link is the sum of its flows' rates there, and its iteration
-time is recomputed from those per-link bandwidths with the cost model. A
-job's own flows compete with each other only through that sum; links inside
-clusters are not shared between jobs (each job has its own GPUs' NICs).
+bandwidth on a link is what the *other* jobs' flows leave of it (capacity
+minus their max-min rates): alone, a job has every link whole, and its own
+transfers take turns on it as the cost model's schedule already has them.
+Its iteration time is recomputed from those per-link bandwidths with the cost
+model. Links inside clusters are not shared between jobs (each job has its own
+GPUs' NICs).
 """
 
 from __future__ import annotations
