@@ -17,12 +17,18 @@ from spiderflow.topology import load_topology
 from spiderflow.traces import FORMATS, generate_trace, load_trace, write_trace
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
+    return int(text)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", default="topologies/paper8.yaml")
     p.add_argument("--trace", default="traces/synthetic-1000.csv")
     p.add_argument("--format", choices=FORMATS, help="trace format (default: told from the header)")
     p.add_argument("--skip-bad-rows", action="store_true")
-    p.add_argument("--jobs", type=int, help="replay only the first N jobs of the trace")
+    p.add_argument("--jobs", type=_positive_int, help="replay only the first N jobs of the trace")
     p.add_argument("--backfill", action="store_true", help="let later jobs start when the head cannot")
     p.add_argument("--charge-overhead", action="store_true", help="add scheduling overhead to the start delay")
     p.add_argument("--calibration")
@@ -51,7 +57,7 @@ def add_trace(sub) -> None:
     p = sub.add_parser("trace", help="trace tools")
     tsub = p.add_subparsers(dest="trace_cmd", required=True)
     g = tsub.add_parser("generate", help="a reproducible synthetic LLM-training trace")
-    g.add_argument("--jobs", type=int, required=True)
+    g.add_argument("--jobs", type=_positive_int, required=True)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--arrival", choices=("poisson", "bursty"), default="poisson")
     g.add_argument("--mean-interarrival", type=float, default=600.0, help="seconds")
