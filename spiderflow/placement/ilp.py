@@ -54,7 +54,6 @@ count, max(8, fewest clusters that can gather G)).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import pulp
@@ -64,10 +63,10 @@ from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel.tpa import MICRO_BATCH_SIZES, plan_placement
 from spiderflow.placement.base import Placement, PlacementRequest
 from spiderflow.placement.milp_common import (MIN_SOLVE_S, STATE_BYTES_PER_PARAM, STATUS_INFEASIBLE,
-                                              STATUS_NO_SOLUTION, STATUS_TIME_LIMIT, build_chain, check_fits,
+                                              STATUS_NO_SOLUTION, build_chain, check_fits,
                                               gpu_menu, greedy_start, lin, max_positions, no_good_cut,
-                                              new_var, problem_size, solve, usable_bytes,
-                                              use_start)
+                                              new_var, problem_size, solve, solve_from_start,
+                                              usable_bytes)
 
 POOL_SIZE = 8  # distinct MILP chains re-scored by TPA + predict
 POOL_GAP = 0.25  # ... whose MILP objective is within this fraction of the optimum's
@@ -144,12 +143,11 @@ def solve_and_plan(req: PlacementRequest, view: TopologyView, name: str) -> Plac
             left = deadline - time.perf_counter() - hand_over
             if left < MIN_SOLVE_S:
                 break
-        res = solve(prob, req, left, start if k == 0 else None)
+        if k == 0:
+            res, incumbent = solve_from_start(prob, req, left, start)
+        else:
+            res = solve(prob, req, left)
         hand_over = res.overhead_s
-        if k == 0 and res.status == STATUS_NO_SOLUTION and start:
-            use_start(start)  # the solver stopped before reporting any: the greedy start is the incumbent
-            res = dataclasses.replace(res, status=STATUS_TIME_LIMIT)
-            incumbent = "greedy start"
         main = main or res
         if res.status in (STATUS_INFEASIBLE, STATUS_NO_SOLUTION):
             break

@@ -68,10 +68,10 @@ from spiderflow.parallel.tpa import MICRO_BATCH_SIZES
 from spiderflow.placement.base import Placement, PlacementRequest
 from spiderflow.placement.ilp import gpu_speed
 from spiderflow.placement.milp_common import (MIN_SOLVE_S, STATE_BYTES_PER_PARAM, STATUS_INFEASIBLE,
-                                              STATUS_NO_SOLUTION, STATUS_TIME_LIMIT, build_chain, check_fits,
+                                              STATUS_NO_SOLUTION, build_chain, check_fits,
                                               gpu_menu, greedy_start, lin, max_positions, no_good_cut,
-                                              new_var, problem_size, solve, usable_bytes,
-                                              use_start)
+                                              new_var, problem_size, solve, solve_from_start,
+                                              usable_bytes)
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import GRAD_BYTES_PER_PARAM
 
@@ -252,12 +252,11 @@ def place_joint_ilp(req: PlacementRequest) -> Placement:
         left = deadline - time.perf_counter() - hand_over
         if k and left < MIN_SOLVE_S:
             break
-        res = solve(prob, req, left, start if k == 0 else None)
+        if k == 0:
+            res, incumbent = solve_from_start(prob, req, left, start)
+        else:
+            res = solve(prob, req, left)
         hand_over = res.overhead_s
-        if k == 0 and res.status == STATUS_NO_SOLUTION and start:
-            use_start(start)  # the solver stopped before reporting any: the greedy start is the incumbent
-            res = dataclasses.replace(res, status=STATUS_TIME_LIMIT)
-            incumbent = "greedy start"
         if res.status in (STATUS_INFEASIBLE, STATUS_NO_SOLUTION):
             attempts.append({"status": res.status, "solve_s": res.seconds})
             break

@@ -28,6 +28,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import time
 import warnings
@@ -309,6 +311,18 @@ def solve(prob: pulp.LpProblem, req: PlacementRequest, time_left_s: float,
         status = STATUS_NO_SOLUTION
     objective = pulp.value(prob.objective) if status in (STATUS_OPTIMAL, STATUS_TIME_LIMIT) else None
     return SolveResult(status, "HiGHS" if highs else "CBC", seconds, max(overhead, 0.0), objective)
+
+
+def solve_from_start(prob: pulp.LpProblem, req: PlacementRequest, time_left_s: float,
+                     start: Mapping[pulp.LpVariable, float] | None) -> tuple[SolveResult, str]:
+    """The first solve, seeded with ``start``, and who found the incumbent ("solver" or
+    "greedy start"): if the solver stops before reporting any solution, the start becomes the
+    incumbent and the status "feasible at time limit"."""
+    res = solve(prob, req, time_left_s, start)
+    if res.status == STATUS_NO_SOLUTION and start:
+        use_start(start)
+        return dataclasses.replace(res, status=STATUS_TIME_LIMIT), "greedy start"
+    return res, "solver"
 
 
 def use_start(start: Mapping[pulp.LpVariable, float]) -> None:
