@@ -171,9 +171,6 @@ class Simulation:
     def _schedule(self, now: float) -> bool:
         started = False
         for rec in list(self.queue):
-            if rec.status == "rejected":
-                self.queue.remove(rec)
-                continue
             if self._try_start(rec, now):
                 self.queue.remove(rec)
                 started = True
