@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from emulator.worker import RankSpec, nccl_env, rank_env
 
 REPO = Path(__file__).resolve().parents[2]

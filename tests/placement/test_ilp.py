@@ -9,14 +9,11 @@ import pytest
 
 from spiderflow.costmodel import predict
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.parallel.tpa import plan_placement
-from spiderflow.placement.base import STATUS_OPTIMAL, STATUS_TIME_LIMIT, PlacementRequest
+from spiderflow.placement.base import STATUS_OPTIMAL, STATUS_TIME_LIMIT
 from spiderflow.placement.ilp import build_model, place_ilp, place_ilp_topo
-from spiderflow.placement.milp_common import max_positions
-from spiderflow.topology import parse_topology
 from spiderflow.topology.generate import generate_topology
 
-from .conftest import CASES, LINE, RING4, TRI, brute_force, job, request, topo
+from .conftest import CASES, LINE, TRI, brute_force, job, request, topo
 
 
 @pytest.mark.parametrize("t,j", CASES, ids=["line", "ring4", "tri"])

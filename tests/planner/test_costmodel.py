@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spiderflow.costmodel import TopologyView, estimate, predict
+from spiderflow.costmodel import TopologyView, predict
 from spiderflow.costmodel.memory import GB, stage_memory
 from spiderflow.costmodel.network import Channel
 from spiderflow.costmodel.schedule import simulate_1f1b, estimate_1f1b, one_f_one_b_order

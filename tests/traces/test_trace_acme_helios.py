@@ -72,7 +72,7 @@ def test_acme_bad_rows_name_their_line(data, tmp_path, line, message):
     path.write_text("\n".join(lines[:2] + [lines[line - 1]]) + "\n")
     with pytest.raises(ConfigError, match=re.escape(f"acme.csv:3: {message}")):
         load_trace(path, format="acme")
-    with pytest.raises(ConfigError, match=re.escape(f"acme_bad.csv:3: gpu_num")):
+    with pytest.raises(ConfigError, match=re.escape("acme_bad.csv:3: gpu_num")):
         load_trace(data / "acme_bad.csv")
 
 
