@@ -42,6 +42,7 @@ from spiderflow.costmodel.network import Channel
 from spiderflow.costmodel.stages import ring_allreduce_s
 from spiderflow.hardware import gpu_profile
 from spiderflow.parallel.shapes import segment_options
+from spiderflow.solver import milp_solver
 from spiderflow.workload import (GRAD_BYTES_PER_PARAM, MODELS, OPTIMIZER_BYTES_PER_PARAM,
                                  WEIGHT_BYTES_PER_PARAM)
 
@@ -134,7 +135,7 @@ def solve_intra(p: IntraProblem) -> IntraSolution | None:
             prob += l[tp][k] * per_layer + extra_t * y[tp] <= tau, f"time_tp{tp}_s{k}"
             prob += l[tp][k] * (mem_per_layer / GB) + (fixed / GB) * y[tp] <= cap / GB, f"memory_tp{tp}_s{k}"
     prob += pulp.lpSum(y.values()) == 1, "one_option"
-    prob.solve(pulp.HiGHS(msg=False) if pulp.HiGHS().available() else pulp.PULP_CBC_CMD(msg=False))
+    prob.solve(milp_solver())
     status = pulp.LpStatus[prob.status]
     if status != "Optimal":
         return None

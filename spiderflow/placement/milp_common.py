@@ -43,6 +43,7 @@ from spiderflow.costmodel.memory import GB, USABLE_FRACTION
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel.shapes import powers_of_two, segment_options
 from spiderflow.placement.base import STATUS_OPTIMAL, STATUS_TIME_LIMIT, PlacementRequest
+from spiderflow.solver import highs_available
 from spiderflow.workload import (GRAD_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
                                  WEIGHT_BYTES_PER_PARAM)
 
@@ -284,7 +285,7 @@ def solve(prob: pulp.LpProblem, req: PlacementRequest, time_left_s: float,
           start: Mapping[pulp.LpVariable, float] | None = None) -> SolveResult:
     """Solve once within ``time_left_s`` (at least MIN_SOLVE_S); HiGHS when available, else CBC."""
     limit = max(time_left_s, MIN_SOLVE_S)
-    highs = pulp.HiGHS().available()
+    highs = highs_available()
     if highs:
         solver = _HiGHSWithStart(msg=False, timeLimit=limit, threads=req.threads,
                                  random_seed=req.seed % 2**31)

@@ -94,3 +94,11 @@ def test_fast_estimate_stays_close_to_exact_schedule():
     assert len(gaps) >= 10
     assert max(gaps) < 0.05, sorted(gaps)[-3:]  # measured: 2.0% worst over 35 plans
     assert sorted(gaps)[len(gaps) // 2] < 0.01
+
+
+def test_plan_json_stdout_stays_json_when_an_ilp_solves():
+    # The ILP planner solves with HiGHS, whose first solve in a process prints a banner (highspy 1.16);
+    # stdout must still be the JSON document alone.
+    proc = run("plan", "--planner", "ilp", "--model", "gpt3-1.3b", "--gpus", "24", "--time-limit", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["planner"] == "ilp"
