@@ -6,7 +6,10 @@ groups and their ``tp`` GPUs sit in one cluster and are folded into that rank:
 
 - compute: the rank sleeps the cost model's forward / backward time of its
   stage for one micro-batch (:func:`spiderflow.costmodel.stages.stage_compute_s`);
-  the ``dp`` groups run in parallel, so that is the stage's time too;
+  the ``dp`` groups run in parallel, so that is the stage's time too. With
+  ``compute="real"`` the rank runs a CPU proxy of its stage instead, whose
+  forward FLOPs are that forward time x ``cpu_flops_per_s``
+  (:func:`emulator.compute.proxy_shape`);
 - pipeline p2p: across clusters all ``dp`` groups' boundary tensors squeeze
   through the same WAN path (the cost model's ``dp x n``), so the rank sends
   ``dp x`` one group's boundary bytes; inside a cluster each group has its own
@@ -25,6 +28,7 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
+from emulator.compute import COMPUTE_MODES, proxy_shape
 from emulator.plan import NetConfig
 from emulator.worker import RankSpec
 from spiderflow.costmodel import Calibration, TopologyView, predict
@@ -94,8 +98,17 @@ def scaled(nbytes: float, scale: float) -> int:
 
 
 def rank_specs(plan: Plan, view: TopologyView, *, job_id: str, master_addr: str, master_port: int,
-               scale: float, iterations: int, out_dir: str, timeout_s: float = 60.0) -> list[RankSpec]:
-    """The RankSpec of every rank of ``plan`` (in rank order); ``view`` is the emulated view."""
+               scale: float, iterations: int, out_dir: str, timeout_s: float = 60.0,
+               compute: str = "emulated", cpu_flops_per_s: float | None = None) -> list[RankSpec]:
+    """The RankSpec of every rank of ``plan`` (in rank order); ``view`` is the emulated view.
+
+    ``compute="real"`` gives each spec the proxy of its stage, sized by ``cpu_flops_per_s``
+    (:func:`emulator.compute.cpu_flops_per_s`).
+    """
+    if compute not in COMPUTE_MODES:
+        raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)} (got {compute!r})")
+    if compute == "real" and not (cpu_flops_per_s is not None and cpu_flops_per_s > 0):
+        raise ValueError(f"compute 'real' needs cpu_flops_per_s > 0 (got {cpu_flops_per_s!r})")
     spec = plan.job.spec
     group_bytes = spec.boundary_bytes(plan.micro_batch_size, plan.job.seq_len)
     syncs = [sync_s(plan, i, view) for i in range(plan.depth)]
@@ -111,6 +124,10 @@ def rank_specs(plan: Plan, view: TopologyView, *, job_id: str, master_addr: str,
         st = rep[slot.stage]
         fwd, bwd = stage_compute_s(plan, st, view.topology, view.calibration)
         last, first = slot.stage == plan.depth - 1, slot.stage == 0
+        proxy = None
+        if compute == "real":  # the head of the last stage is part of fwd, hence of the target
+            proxy = dataclasses.asdict(proxy_shape(fwd * cpu_flops_per_s, st.layers, plan.micro_batch_size,
+                                                   plan.job.seq_len))
         specs.append(RankSpec(
             job_id=job_id, rank=slot.rank, world_size=world, master_addr=master_addr, master_port=master_port,
             stage=slot.stage, depth=plan.depth, micro_batches=plan.micro_batches, iterations=iterations,
@@ -120,6 +137,7 @@ def rank_specs(plan: Plan, view: TopologyView, *, job_id: str, master_addr: str,
             grad_bytes=scaled(stage_params(plan, st) * GRAD_BYTES_PER_PARAM, scale),
             prev_rank=None if first else slot.rank - 1, next_rank=None if last else slot.rank + 1,
             sync_groups=sync_groups, sync_intra_s=syncs[slot.stage][0],
+            compute=compute, proxy=proxy, recompute=plan.recompute,
             out=f"{out_dir}/{job_id}-r{slot.rank}.jsonl", timeout_s=timeout_s))
     return specs
 

@@ -20,7 +20,12 @@ node and is folded into the stage's compute time; what crosses a network is real
   intra all-gather).
 
 Compute is *emulated* by default: the rank sleeps the cost model's predicted
-forward / backward time of its stage for one micro-batch. Every operation is
+forward / backward time of its stage for one micro-batch. With ``compute =
+"real"`` it runs a CPU proxy of its stage instead (:mod:`emulator.compute`,
+shape in ``proxy``, built before the start barrier): GPT blocks sized so that
+their forward FLOPs are ``forward_s`` times the machine's probed matmul rate,
+backward by autograd. The tensors sent and received stay the real-size
+(scaled) boundary tensors; the proxy's own input is a local tensor. Every operation is
 timestamped and written as a JSON line as it happens; the ``start`` line
 carries ``mono``, the CLOCK_MONOTONIC origin of the rank's times, so ranks'
 times can be put on one clock.
@@ -42,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.compute import COMPUTE_MODES, ProxyShape, StageProxy
 from spiderflow.costmodel.schedule import one_f_one_b_order
 
 FLOAT_BYTES = 4
@@ -74,6 +80,9 @@ class RankSpec:
     prev_activation_bytes: int | None = None
     # the intra-cluster part of the gradient sync, slept before the real (WAN) part
     sync_intra_s: float = 0.0
+    # compute "real": the stage's proxy (the fields of emulator.compute.ProxyShape); None when emulated
+    proxy: dict | None = None
+    recompute: bool = False  # the plan recomputes activations (the proxy's forward keeps no graph)
 
     @staticmethod
     def load(path: str) -> "RankSpec":
@@ -211,12 +220,18 @@ def run(spec: RankSpec) -> int:
     import torch
     import torch.distributed as dist
 
-    if spec.compute != "emulated":
-        raise SystemExit(f"{spec.job_id} rank {spec.rank}: compute mode {spec.compute!r} is not "
-                         "implemented; use --compute emulated")
+    if spec.compute not in COMPUTE_MODES:
+        raise SystemExit(f"{spec.job_id} rank {spec.rank}: compute must be one of {', '.join(COMPUTE_MODES)} "
+                         f"(got {spec.compute!r})")
+    if spec.compute == "real" and not spec.proxy:
+        raise SystemExit(f"{spec.job_id} rank {spec.rank}: compute 'real' needs the spec's proxy shape")
     log = Log(spec)
     torch.set_num_threads(1)
     _tight_timers()
+    proxy = None
+    if spec.compute == "real":  # built (and run once) before the start barrier: not measured
+        proxy = StageProxy(ProxyShape(**spec.proxy), recompute=spec.recompute, seed=spec.rank)
+        proxy.warm_up()
     dist.init_process_group(spec.backend, init_method=f"tcp://{spec.master_addr}:{spec.master_port}",
                             rank=spec.rank, world_size=spec.world_size,
                             timeout=dt.timedelta(seconds=spec.timeout_s))
@@ -235,7 +250,8 @@ def run(spec: RankSpec) -> int:
         dist.barrier()
         _leave_startup_nice()
         t0 = time.monotonic()
-        log.write(event="start", wall=time.time(), mono=t0)  # mono: CLOCK_MONOTONIC, shared by all ranks
+        extra = {"proxy": spec.proxy} if proxy is not None else {}
+        log.write(event="start", wall=time.time(), mono=t0, **extra)  # mono: CLOCK_MONOTONIC, shared by all ranks
         pending = []
         recvs = _post_receives(spec, dist, act_in, grad_in)
         for it in range(spec.iterations):
@@ -244,13 +260,19 @@ def run(spec: RankSpec) -> int:
                 if kind == "F":
                     if spec.prev_rank is not None:
                         recvs["F"][k].wait()
-                    _compute(spec.forward_s)
+                    if proxy is not None:
+                        proxy.forward(k)
+                    else:
+                        _compute(spec.forward_s)
                     if spec.next_rank is not None:
                         pending.append(dist.isend(act_out, dst=spec.next_rank))
                 else:
                     if spec.next_rank is not None:
                         recvs["B"][k].wait()
-                    _compute(spec.backward_s)
+                    if proxy is not None:
+                        proxy.backward(k)
+                    else:
+                        _compute(spec.backward_s)
                     if spec.prev_rank is not None:
                         pending.append(dist.isend(grad_out, dst=spec.prev_rank))
                 log.write(event="op", kind=kind, it=it, mb=k, start=start, end=time.monotonic() - t0)
@@ -266,6 +288,8 @@ def run(spec: RankSpec) -> int:
             for work in pending:
                 work.wait()
             pending.clear()
+            if proxy is not None:  # an optimizer step would consume and clear the gradients here
+                proxy.zero_grad()
         log.write(event="done", wall=time.time())
         return 0
     except RuntimeError as exc:  # gloo timeouts and peer failures surface as RuntimeError

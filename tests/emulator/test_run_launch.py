@@ -3,9 +3,11 @@
 import pytest
 
 from emulator import cli
+from emulator.compute import ProxyShape, proxy_forward_flops
 from emulator.launch import (emulated_topology, emulated_view, predict_emulated, rank_slots, rank_specs,
                              ranks_per_cluster)
 from emulator.plan import NetConfig
+from emulator.runner import RunConfig
 from spiderflow.costmodel.stages import stage_compute_s, stage_params, sync_s
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import Job
@@ -83,10 +85,40 @@ def test_run_without_root_says_so_in_one_line(monkeypatch, capsys):
     assert len(err) == 1 and "sudo" in err[0]
 
 
-def test_compute_real_is_refused_in_one_line(capsys):
+def test_compute_real_is_accepted_and_still_needs_root(monkeypatch, capsys):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert cli.main(["run", "--compute", "real"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not implemented" in err[0]
+    assert len(err) == 1 and "sudo" in err[0]
+
+
+def test_real_compute_specs_carry_proxies_of_the_stages_forward_flops():
+    rate = 1e11  # FLOP/s of one core, as the runner's probe would measure it
+    plan = plan_across()  # stage 0: tp 2 (NVLink time in forward_s), stage 1: the head too
+    view = emulated_view(TOPO, NetConfig(scale=10.0))
+    real = rank_specs(plan, view, job_id="j", master_addr="10.1.0.10", master_port=29500, scale=10.0,
+                      iterations=6, out_dir="/tmp/x", compute="real", cpu_flops_per_s=rate)
+    for s in real:
+        stage = plan.replicas[0][s.stage]
+        assert s.compute == "real" and s.proxy["layers"] == stage.layers == 6
+        assert (s.proxy["micro_batch"], s.proxy["seq_len"]) == (1, 128)
+        assert proxy_forward_flops(ProxyShape(**s.proxy)) == pytest.approx(s.forward_s * rate, rel=0.03)
+    assert real[1].proxy["hidden"] > real[0].proxy["hidden"]  # the head's FLOPs are in the target
+    _, emulated = specs(plan)
+    assert all(s.compute == "emulated" and s.proxy is None for s in emulated)
+    assert [(s.forward_s, s.activation_bytes) for s in emulated] == [(s.forward_s, s.activation_bytes) for s in real]
+
+
+def test_real_compute_needs_a_cpu_rate_and_a_known_mode():
+    view = emulated_view(TOPO, NetConfig(scale=10.0))
+    kw = dict(job_id="j", master_addr="a", master_port=1, scale=10.0, iterations=6, out_dir="/tmp/x")
+    with pytest.raises(ValueError, match="cpu_flops_per_s"):
+        rank_specs(plan_across(), view, compute="real", **kw)
+    with pytest.raises(ValueError, match="'gpu'"):
+        rank_specs(plan_across(), view, compute="gpu", cpu_flops_per_s=1e9, **kw)
+    with pytest.raises(ValueError, match="compute.*'gpu'"):
+        RunConfig(compute="gpu")
+    assert RunConfig(compute="real").compute == "real"
 
 
 def test_specs_of_a_three_stage_plan_run_over_loopback(tmp_path):
@@ -124,3 +156,17 @@ def test_specs_of_a_three_stage_plan_run_over_loopback(tmp_path):
         assert lines[0]["event"] == "start" and "mono" in lines[0] and lines[-1]["event"] == "done"
         syncs = [l for l in lines if l["event"] == "op" and l["kind"] == "S"]
         assert len(syncs) == 3 and all(l["end"] - l["start"] >= spec.sync_intra_s * 0.9 for l in syncs)
+
+
+def test_the_runner_probes_the_cpu_once_in_real_mode_only(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from emulator import runner as runner_mod
+
+    calls = []
+    monkeypatch.setattr(runner_mod, "cpu_flops_per_s", lambda: calls.append(1) or 1.5e11)
+    emu = SimpleNamespace(hosts={})  # no hosts: nothing is launched, warm_tcp off
+    real = runner_mod.Runner(TOPO, [], RunConfig(compute="real", warm_tcp=False), emu, out_dir=tmp_path / "a")
+    assert real.cpu_flops_per_s == 1.5e11 and calls == [1]
+    emulated = runner_mod.Runner(TOPO, [], RunConfig(warm_tcp=False), emu, out_dir=tmp_path / "b")
+    assert emulated.cpu_flops_per_s is None and calls == [1]

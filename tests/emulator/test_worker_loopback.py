@@ -1,4 +1,4 @@
-"""The rank worker over loopback gloo (no root): a 2-stage x 2-replica job runs its 1F1B schedule."""
+"""The rank worker over loopback gloo (no root): 2-stage jobs run their 1F1B schedule, emulated and real compute."""
 
 import json
 import os
@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from emulator import worker
 from emulator.worker import RankSpec, nccl_env, rank_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,6 +57,40 @@ def test_two_stage_two_replica_job_over_loopback(tmp_path):
         # 1F1B on stage 0 of depth 2: one warm-up forward first
         assert [o["kind"] for o in ops[:3]] == (["F", "F", "B"] if rank % 2 == 0 else ["F", "B", "F"])
         assert all(o["end"] >= o["start"] for o in ops)
+
+
+def test_two_stage_job_with_real_compute_over_loopback(tmp_path):
+    """compute "real": each rank runs its proxy blocks (stage 1 with recomputation) in place of the sleeps;
+    the tensors on the wire are still the spec's byte sizes."""
+    port, paths = free_port(), []
+    for rank in range(2):
+        spec = RankSpec(job_id="t", rank=rank, world_size=2, master_addr="127.0.0.1", master_port=port,
+                        stage=rank, depth=2, micro_batches=3, iterations=2, forward_s=0.001, backward_s=0.002,
+                        activation_bytes=4096, grad_bytes=64, prev_rank=rank - 1 if rank else None,
+                        next_rank=None if rank else 1, compute="real", recompute=rank == 1,
+                        proxy={"layers": 2, "hidden": 32, "heads": 1, "seq_len": 16, "micro_batch": 1},
+                        out=str(tmp_path / f"r{rank}.jsonl"), timeout_s=60)
+        paths.append(tmp_path / f"r{rank}.json")
+        spec.dump(paths[-1])
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "emulator.worker", str(p)], cwd=REPO, env=env)
+             for p in paths]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    for rank in range(2):
+        lines = [json.loads(l) for l in (tmp_path / f"r{rank}.jsonl").read_text().splitlines()]
+        assert lines[0]["event"] == "start" and lines[0]["proxy"]["hidden"] == 32
+        assert lines[-1]["event"] == "done"
+        ops = [l for l in lines if l["event"] == "op"]
+        assert [sum(o["kind"] == k for o in ops) for k in "FBS"] == [6, 6, 2]
+        assert all(o["end"] >= o["start"] for o in ops)
+
+
+def test_real_compute_without_a_proxy_is_refused(tmp_path):
+    spec = RankSpec(job_id="t", rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port(), stage=0,
+                    depth=1, micro_batches=1, iterations=1, forward_s=0.0, backward_s=0.0, activation_bytes=4,
+                    grad_bytes=4, prev_rank=None, next_rank=None, compute="real", out=str(tmp_path / "r0.jsonl"))
+    with pytest.raises(SystemExit, match="needs the spec's proxy"):
+        worker.run(spec)  # refused before joining any process group
 
 
 def test_a_dead_peer_fails_the_rank_with_a_reason(tmp_path):
