@@ -1,0 +1,423 @@
+"""``report.md`` and its figures from a run directory of ``emulator calibrate`` (no root).
+
+Reads config.json (required), microbench.jsonl, plans.jsonl and timelines/
+(each optional), re-fits the microbenchmarks (so the report follows from
+the measurements alone), writes fits.json, figures/*.png and report.md.
+Format of the run directory: docs/calibration.md. Figures use matplotlib's
+object API (``Figure``), which renders PNGs with Agg and touches no global
+backend state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, fit_compute, fit_records,
+                                    group_records, latency_steps, read_jsonl)
+from emulator.errors import EmulatorError
+from spiderflow.costmodel.network import GBPS
+
+KIND_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "S": "#55A868"}
+KIND_NAMES = {"F": "forward", "B": "backward", "S": "gradient sync"}
+DASH = "–"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    path: Path
+    config: dict
+    microbench: list[dict]
+    plans: list[dict]
+    timelines: dict[str, dict]  # plan_id -> timelines/<plan_id>.json
+
+    @property
+    def scale(self) -> float:
+        return self.config["scale"]
+
+    @property
+    def mechanism(self) -> str:
+        return str(self.config.get("mechanism") or "unknown mechanism")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except OSError as exc:
+        raise EmulatorError(f"{path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise EmulatorError(f"{path}: line {exc.lineno} is not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise EmulatorError(f"{path}: top level must be a JSON object")
+    return value
+
+
+def load_run(run_dir: Path) -> Run:
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise EmulatorError(f"{run_dir}: no config.json; is this a directory written by `emulator calibrate`?")
+    config = _read_json(run_dir / "config.json")
+    scale = config.get("scale")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise EmulatorError(f"{run_dir / 'config.json'}: scale must be a positive number (got {scale!r}); "
+                            "write the --scale the run used")
+    optional = lambda name: read_jsonl(run_dir / name) if (run_dir / name).is_file() else []  # noqa: E731
+    timelines = {}
+    for path in sorted((run_dir / "timelines").glob("*.json")):
+        doc = _read_json(path)
+        timelines[str(doc.get("plan_id") or path.stem)] = doc
+    return Run(path=run_dir, config=config, microbench=optional("microbench.jsonl"),
+               plans=optional("plans.jsonl"), timelines=timelines)
+
+
+# ---- numbers ---------------------------------------------------------------------------------------------
+
+def _positive(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def measured_plans(plans: list[dict]) -> list[dict]:
+    """Plans that count in the MAPE: status ok, with a measurement and both predictions."""
+    keys = ("measured_s", "predicted_uncalibrated_s", "predicted_calibrated_s")
+    return [p for p in plans if p.get("status") == "ok" and all(_positive(p.get(k)) for k in keys)]
+
+
+def error_pct(predicted_s: float, measured_s: float) -> float:
+    return (predicted_s - measured_s) / measured_s * 100
+
+
+def mape_line(plans: list[dict], *, scale: float, mechanism: str) -> str:
+    ok = measured_plans(plans)
+    if not ok:
+        return f"MAPE: no measured plans ({len(plans)} in plans.jsonl; scale {scale:g}, delay by {mechanism})"
+    mape = {k: sum(abs(error_pct(p[k], p["measured_s"])) for p in ok) / len(ok)
+            for k in ("predicted_uncalibrated_s", "predicted_calibrated_s")}
+    return (f"MAPE uncalibrated {mape['predicted_uncalibrated_s']:.1f}% -> calibrated "
+            f"{mape['predicted_calibrated_s']:.1f}% over {len(ok)} plans (scale {scale:g}, delay by {mechanism})")
+
+
+def mape_summary(run_dir: Path) -> str:
+    """The report's first line, from config.json and plans.jsonl."""
+    run = load_run(run_dir)
+    return mape_line(run.plans, scale=run.scale, mechanism=run.mechanism)
+
+
+def _fmt(value, spec: str = ".3g") -> str:
+    return DASH if value is None else format(value, spec)
+
+
+def _ratio(fitted, configured) -> str:
+    return f"{fitted / configured:.2f}" if fitted is not None and _positive(configured) else DASH
+
+
+def _worst(fit: dict) -> str:
+    return _fmt(max((abs(r) for r in fit["residuals_pct"]), default=None), ".1f")
+
+
+def _label(fit: dict, many_topologies: bool) -> str:
+    return f"{fit['name']} ({Path(fit['topology']).stem})" if many_topologies else fit["name"]
+
+
+def _model_s(fit: dict, size_bytes: float) -> float:
+    op, ranks = fit["op"], fit["ranks"]
+    return latency_steps(op, ranks) * fit["alpha_s"] + bus_factor(op, ranks) * size_bytes / (fit["beta_gbps"] * GBPS)
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows] + [""]
+
+
+_PARAM_HEADER = ["latency configured (ms)", "latency fitted (ms)", "fitted/configured",
+                 "bandwidth configured (Gbit/s)", "bandwidth fitted (Gbit/s)", "fitted/configured", "R²",
+                 "worst \\|residual\\| %", "points", "fit error"]
+
+
+def _param_cells(f: dict) -> list:
+    """Configured vs fitted alpha (ms) and beta (Gbit/s) of one fit: the cells under _PARAM_HEADER."""
+    ms = lambda s: None if s is None else s * 1e3  # noqa: E731
+    return [_fmt(ms(f["configured_alpha_s"])), _fmt(ms(f["alpha_s"])), _ratio(f["alpha_s"], f["configured_alpha_s"]),
+            _fmt(f["configured_beta_gbps"]), _fmt(f["beta_gbps"]), _ratio(f["beta_gbps"], f["configured_beta_gbps"]),
+            _fmt(f["r2"], ".4f"), _worst(f), f["points"], f["error"] or ""]
+
+
+# ---- sections --------------------------------------------------------------------------------------------
+
+def _links_section(fits: list[dict], groups: dict, many: bool, figures: Path) -> list[str]:
+    p2p = [f for f in fits if f["op"] == "p2p"]
+    out = ["## Links (p2p)", ""]
+    if not p2p:
+        return out + ["No p2p measurements with 2 or more sizes.", ""]
+    out += _table(["link", "scope", *_PARAM_HEADER],
+                  [[_label(f, many), f["scope"], *_param_cells(f)] for f in p2p])
+    _links_figure(p2p, many, figures / "links.png")
+    out += ["![configured vs fitted bandwidth and latency per link](figures/links.png)", ""]
+    out += [line for f in p2p if not f["error"] for line in _size_details(f, groups)]
+    return out
+
+
+def _collectives_section(fits: list[dict], groups: dict, many: bool) -> list[str]:
+    coll = [f for f in fits if f["op"] != "p2p"]
+    out = ["## Collectives", ""]
+    if not coll:
+        return out + ["No collective measurements with 2 or more sizes.", ""]
+    out += ["Effective ring parameters, latency = alpha per step and bandwidth = beta per link, from "
+            "`t = steps * alpha + busfactor * n / beta` (all_reduce: steps 2(p-1), busfactor 2(p-1)/p; "
+            "all_gather, reduce_scatter: (p-1) and (p-1)/p).", ""]
+    out += _table(["op", "clusters", "scope", "ranks", *_PARAM_HEADER], [
+        [f["op"], _label(f, many), f["scope"], f["ranks"], *_param_cells(f)] for f in coll])
+    return out + [line for f in coll if not f["error"] for line in _size_details(f, groups)]
+
+
+def _size_details(fit: dict, groups: dict) -> list[str]:
+    """nccl-tests-style rows of one fitted group, in a collapsible block."""
+    records = groups[tuple(fit[k] for k in ("topology", "op", "scope", "name", "ranks"))]
+    rows = []
+    for r, resid in sorted(zip(records, fit["residuals_pct"]), key=lambda x: x[0]["bytes"]):
+        t = r["time_s"]
+        rows.append([r["bytes"], r.get("count", DASH), r.get("type", DASH), f"{t * 1e6:.1f}",
+                     f"{algbw_gbps(r['bytes'], t):.3f}", f"{busbw_gbps(fit['op'], fit['ranks'], r['bytes'], t):.3f}",
+                     f"{t * (1 + resid / 100) * 1e6:.1f}", f"{resid:+.2f}"])
+    title = f"{_group_title(fit)}: per-size measurements"
+    return ([f"<details><summary>{title}</summary>", ""]
+            + _table(["size (B)", "count", "type", "time (us)", "algbw (Gbit/s)", "busbw (Gbit/s)",
+                      "model (us)", "residual %"], rows) + ["</details>", ""])
+
+
+def _group_title(fit: dict) -> str:
+    return f"{fit['op']} {fit['name']}" + ("" if fit["op"] == "p2p" else f", {fit['ranks']} ranks")
+
+
+def _compute_section(records: list[dict]) -> list[str]:
+    fitted = fit_compute(records)
+    if not fitted:
+        return []
+    rows = []
+    for device, eff in fitted.items():
+        mine = [r for r in records if r.get("op") == "compute" and r.get("device") == device]
+        rows.append([device, _fmt(mine[0].get("efficiency")), f"{eff:.3f}", len(mine)])
+    return ["## Compute", ""] + _table(["device", "profile efficiency", "fitted efficiency", "stages"], rows)
+
+
+def _plans_section(plans: list[dict], figures: Path) -> list[str]:
+    out = ["## Plans", ""]
+    if not plans:
+        return out + ["No plans.jsonl (or it is empty).", ""]
+    rows = []
+    for p in plans:
+        meas, spread = p.get("measured_s"), p.get("measured_spread_s")
+        measured = DASH if not _positive(meas) else f"{meas:.3f}" + (
+            f" [{spread[0]:.3f}, {spread[1]:.3f}]" if spread and len(spread) == 2 else "")
+        err = lambda k: f"{error_pct(p[k], meas):+.1f}" if _positive(meas) and _positive(p.get(k)) else DASH  # noqa
+        status = p.get("status", DASH) + (f": {p['reason']}" if p.get("reason") else "")
+        rows.append([p.get("plan_id"), Path(str(p.get("topology"))).stem, p.get("shape"), p.get("description"),
+                     _fmt(p.get("predicted_uncalibrated_s"), ".3f"), _fmt(p.get("predicted_calibrated_s"), ".3f"),
+                     measured, err("predicted_uncalibrated_s"), err("predicted_calibrated_s"), status])
+    out += _table(["plan", "topology", "shape", "description", "predicted uncalibrated (s)",
+                   "predicted calibrated (s)", "measured (s) [spread]", "error uncalibrated %",
+                   "error calibrated %", "status"], rows)
+    if measured_plans(plans):
+        _plans_figure(measured_plans(plans), figures / "plans_scatter.png")
+        out += ["![predicted vs measured iteration time per plan](figures/plans_scatter.png)", ""]
+    return out
+
+
+def pick_timeline(run: Run) -> str | None:
+    """The plan whose timeline is drawn: the first pipeline plan with one, else the first with one."""
+    ordered = [p.get("plan_id") for p in run.plans if p.get("plan_id") in run.timelines]
+    ordered += [pid for pid in run.timelines if pid not in ordered]
+    shapes = {p.get("plan_id"): p.get("shape") for p in run.plans}
+    pipelines = [pid for pid in ordered if shapes.get(pid) == "pipeline"]
+    return (pipelines or ordered or [None])[0]
+
+
+def _model_name(timeline: dict) -> str:
+    """Which cost model drew the predicted timeline: its optional "calibrated" flag says."""
+    flag = timeline.get("predicted", {}).get("calibrated")
+    return "cost model" if flag is None else ("calibrated" if flag else "uncalibrated") + " cost model"
+
+
+def _timeline_section(run: Run, figures: Path) -> list[str]:
+    plan_id = pick_timeline(run)
+    if plan_id is None:
+        return []
+    model = _model_name(run.timelines[plan_id])
+    _timeline_figure(run.timelines[plan_id], model, figures / "timeline.png")
+    return ["## Timeline", "",
+            f"Plan {plan_id}, one iteration: measured ops per rank (top) and the {model}'s "
+            "1F1B schedule per stage (bottom), on one time axis.", "",
+            f"![measured vs predicted schedule of plan {plan_id}](figures/timeline.png)", ""]
+
+
+def _how_to_read(run: Run) -> list[str]:
+    return ["## How to read this", "",
+            f"Bytes and bandwidths are real-equivalent: the emulator divided every byte count and bandwidth by "
+            f"the scale factor {run.scale:g} on the wire, and times are wall seconds. Each link and collective "
+            "is fitted with `t = alpha + n / beta` (collectives: per ring step and per link), by least squares "
+            "on relative error (weights 1/t²) with alpha >= 0; a residual is (model - measured) / measured. "
+            "A fitted/configured bandwidth well below 1 means the emulated link (or TCP over it) does not "
+            "reach its configured rate; a fitted latency above the configured one is per-message overhead. "
+            "algbw = size / time and busbw = algbw x bus factor as in nccl-tests, but in Gbit/s "
+            "(nccl-tests prints GB/s, 8x smaller numbers), so a large-size busbw approaches the fitted beta. "
+            "Plan errors are (predicted - measured) / measured; the MAPE counts plans with status ok. "
+            "Method and formats: docs/calibration.md.", "",
+            "Regenerate this report (no root needed):", "",
+            f"    python -m emulator report {run.path}", ""]
+
+
+# ---- figures ---------------------------------------------------------------------------------------------
+
+def _log_if_wide(ax, values: list[float], axis: str = "y") -> None:
+    values = [v for v in values if v is not None and v > 0]
+    if values and max(values) / min(values) > 10:
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+
+
+def _links_figure(p2p: list[dict], many: bool, path: Path) -> None:
+    labels = [_label(f, many) + (" (intra)" if f["scope"] == "intra" else "") for f in p2p]
+    fig = Figure(figsize=(max(8.0, 1.6 * len(p2p) + 4), 4.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    x = list(range(len(p2p)))
+    for ax, key, unit, factor, title in ((axes[0], "beta_gbps", "Gbit/s", 1, "bandwidth"),
+                                         (axes[1], "alpha_s", "ms", 1e3, "latency")):
+        conf = [f[f"configured_{key}"] * factor if f[f"configured_{key}"] is not None else math.nan for f in p2p]
+        fitd = [f[key] * factor if f[key] is not None else math.nan for f in p2p]
+        ax.bar([i - 0.2 for i in x], conf, 0.4, label="configured", color="#BBBBBB", edgecolor="black")
+        bars = ax.bar([i + 0.2 for i in x], fitd, 0.4, label="fitted", color="#4C72B0")
+        ax.bar_label(bars, labels=[DASH if math.isnan(v) else f"{v:.3g}" for v in fitd], fontsize=8)
+        _log_if_wide(ax, [v for v in conf + fitd if not math.isnan(v)])
+        ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(f"{title} ({unit})")
+        ax.set_title(f"p2p {title}: configured vs fitted")
+        ax.legend(fontsize=8)
+    fig.suptitle("Links (real-equivalent units)")
+    _save(fig, path)
+
+
+def _plans_figure(plans: list[dict], path: Path) -> None:
+    fig = Figure(figsize=(6.4, 5.6), layout="constrained")
+    ax = fig.subplots()
+    meas = [p["measured_s"] for p in plans]
+    unc = [p["predicted_uncalibrated_s"] for p in plans]
+    cal = [p["predicted_calibrated_s"] for p in plans]
+    lo, hi = min(meas + unc + cal) * 0.8, max(meas + unc + cal) * 1.2
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="predicted = measured")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="#DDDDDD", label="±10 %")
+    ax.scatter(meas, unc, marker="o", facecolors="none", edgecolors="#C44E52", s=55, label="uncalibrated")
+    ax.scatter(meas, cal, marker="^", color="#4C72B0", s=55, label="calibrated")
+    for p in plans:
+        ax.annotate(p["plan_id"], (p["measured_s"], p["predicted_calibrated_s"]), textcoords="offset points",
+                    xytext=(5, -10), fontsize=8)
+    if hi / lo > 10:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured iteration time (s)")
+    ax.set_ylabel("predicted iteration time (s)")
+    ax.set_title("Plans: cost model vs emulator")
+    ax.legend(fontsize=8, loc="upper left")
+    _save(fig, path)
+
+
+def _gantt(ax, rows: list[tuple[str, list]], title: str) -> None:
+    span = max((op[3] for _, ops in rows for op in ops), default=1.0) or 1.0
+    for y, (_, ops) in enumerate(rows):
+        for kind, micro, start, end in ops:
+            ax.broken_barh([(start, end - start)], (y - 0.4, 0.8), facecolors=KIND_COLOURS.get(kind, "grey"),
+                           edgecolors="white", linewidth=0.5)
+            if end - start > 0.025 * span and kind != "S":
+                ax.text((start + end) / 2, y, str(micro), ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_title(title, fontsize=10)
+
+
+def _timeline_figure(timeline: dict, model: str, path: Path) -> None:
+    ranks = sorted(timeline.get("measured", {}).get("ranks", []), key=lambda r: r.get("rank", 0))
+    measured = [(f"rank {r.get('rank')} (replica {r.get('replica')}, stage {r.get('stage')})", r.get("ops", []))
+                for r in ranks]
+    predicted = [(f"stage {i}", ops) for i, ops in enumerate(timeline.get("predicted", {}).get("stages", []))]
+    fig = Figure(figsize=(11, 1.2 + 0.55 * (len(measured) + len(predicted)) + 1.5), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[max(1, len(measured)), max(1, len(predicted))])
+    _gantt(top, measured, f"measured, iteration {timeline.get('iteration', '?')} (per rank)")
+    _gantt(bottom, predicted, f"predicted by the {model} (per stage, one replica)")
+    bottom.set_xlabel("time since the iteration's first op (s)")
+    handles = [Patch(color=c, label=f"{k} = {KIND_NAMES[k]}") for k, c in KIND_COLOURS.items()]
+    top.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle(f"Plan {timeline.get('plan_id')}: 1F1B schedule, measured vs predicted "
+                 "(numbers = micro-batch)")
+    _save(fig, path)
+
+
+def _bandwidth_figure(fits: list[dict], groups: dict, path: Path) -> None:
+    """busbw vs size per fitted group, measured points and the fitted model."""
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, want_p2p, title in ((axes[0], True, "p2p"), (axes[1], False, "collectives")):
+        mine = [f for f in fits if (f["op"] == "p2p") == want_p2p and not f["error"]]
+        for i, f in enumerate(mine):
+            records = sorted(groups[tuple(f[k] for k in ("topology", "op", "scope", "name", "ranks"))],
+                             key=lambda r: r["bytes"])
+            colour = f"C{i % 10}"
+            ax.plot([r["bytes"] for r in records],
+                    [busbw_gbps(f["op"], f["ranks"], r["bytes"], r["time_s"]) for r in records], "o",
+                    color=colour, label=f"{_group_title(f)} ({f['scope']})")
+            lo, hi = math.log10(records[0]["bytes"]), math.log10(records[-1]["bytes"])
+            grid = [10 ** (lo + (hi - lo) * k / 60) for k in range(61)]
+            ax.plot(grid, [busbw_gbps(f["op"], f["ranks"], n, _model_s(f, n)) for n in grid], "-",
+                    color=colour, lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("size (bytes, real-equivalent)")
+        ax.set_title(f"{title}: measured (dots) and fitted model (lines)")
+        if mine:
+            ax.legend(fontsize=7)
+    axes[0].set_ylabel("busbw (Gbit/s)")
+    _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+# ---- the report ------------------------------------------------------------------------------------------
+
+def write_report(run_dir: Path) -> Path:
+    """Write fits.json, figures/*.png and report.md into ``run_dir``; return report.md's path."""
+    run = load_run(Path(run_dir))
+    source = str(run.path / "microbench.jsonl")
+    fits = fit_records(run.microbench, source=source)
+    groups = group_records(run.microbench, source=source)
+    (run.path / "fits.json").write_text(json.dumps(
+        {"scale": run.scale, "fitted_from": "microbench.jsonl", "fits": fits,
+         "gpu_efficiency": fit_compute(run.microbench)}, indent=1) + "\n")
+    figures = run.path / "figures"
+    many = len({f["topology"] for f in fits}) > 1
+    topologies = ", ".join(run.config.get("topologies") or []) or DASH
+    lines = [f"# Calibration report: {run.path.name}", "",
+             mape_line(run.plans, scale=run.scale, mechanism=run.mechanism), "",
+             f"Topologies: {topologies}. Scale {run.scale:g}, delay by {run.mechanism}, compute "
+             f"{run.config.get('compute', DASH)}, started {run.config.get('started', DASH)}.", ""]
+    lines += _links_section(fits, groups, many, figures)
+    lines += _collectives_section(fits, groups, many)
+    if any(not f["error"] for f in fits):
+        _bandwidth_figure(fits, groups, figures / "bandwidth_vs_size.png")
+        lines += ["![bus bandwidth vs size, measured and fitted](figures/bandwidth_vs_size.png)", ""]
+    lines += _compute_section(run.microbench)
+    lines += _plans_section(run.plans, figures)
+    lines += _timeline_section(run, figures)
+    lines += _how_to_read(run)
+    path = run.path / "report.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,166 @@
+"""The calibration report from a small hand-made run directory (no root, no network).
+
+tests/emulator/data/calib_small: topologies/default.yaml at scale 10, four
+p2p fits (3 WAN, 1 intra), two collectives, four plans (three ok, one
+failed) and the timeline of the pipeline plan d1.
+"""
+
+import json
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from emulator import cli
+from emulator.calibrate.fit import fit_records, read_jsonl
+from emulator.calibrate.report import write_report
+
+DATA = Path(__file__).parent / "data" / "calib_small"
+FIGURES = ("links.png", "plans_scatter.png", "timeline.png", "bandwidth_vs_size.png")
+MAPE = re.compile(r"^MAPE uncalibrated (\d+\.\d)% -> calibrated (\d+\.\d)% over (\d+) plans "
+                  r"\(scale (\S+), delay by (\S+)\)$")
+
+
+def copy_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(DATA, run)
+    return run
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    run = copy_run(tmp_path_factory.mktemp("report"))
+    path = write_report(run)
+    return run, path.read_text()
+
+
+def expected_mape(run: Path) -> tuple[float, float, int]:
+    """From plans.jsonl: mean |predicted - measured| / measured over the plans that ran."""
+    plans = [json.loads(line) for line in (run / "plans.jsonl").read_text().splitlines() if line.strip()]
+    ok = [p for p in plans if p["status"] == "ok" and p["measured_s"]]
+    unc = sum(abs(p["predicted_uncalibrated_s"] / p["measured_s"] - 1) for p in ok) / len(ok) * 100
+    cal = sum(abs(p["predicted_calibrated_s"] / p["measured_s"] - 1) for p in ok) / len(ok) * 100
+    return unc, cal, len(ok)
+
+
+def test_first_line_is_the_mape_of_the_plans_that_ran(report):
+    run, text = report
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[0].startswith("# ")
+    match = MAPE.match(lines[1])
+    assert match, lines[1]
+    unc, cal, n = expected_mape(run)
+    assert n == 3  # the failed plan is left out
+    assert (float(match[1]), float(match[2]), int(match[3])) == (round(unc, 1), round(cal, 1), n)
+    config = json.loads((run / "config.json").read_text())
+    assert float(match[4]) == config["scale"] and match[5] == config["mechanism"]
+
+
+def test_fits_json_is_the_refit_of_microbench_and_the_links_table_shows_it(report):
+    run, text = report
+    written = json.loads((run / "fits.json").read_text())
+    refit = fit_records(read_jsonl(run / "microbench.jsonl"))
+    assert written["fits"] == json.loads(json.dumps(refit)) and written["scale"] == 10.0
+    assert len(refit) == 6
+    links = text.split("## Links")[1].split("## Collectives")[0]
+    for fit in (f for f in refit if f["op"] == "p2p"):
+        row = next(line for line in links.splitlines() if line.startswith(f"| {fit['name']} |"))
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells[1] == fit["scope"]
+        assert cells[3] == format(fit["alpha_s"] * 1e3, ".3g")
+        assert cells[6] == format(fit["beta_gbps"], ".3g")
+        assert cells[7] == f"{fit['beta_gbps'] / fit['configured_beta_gbps']:.2f}"
+    collectives = text.split("## Collectives")[1].split("## Plans")[0]
+    assert {f["op"] for f in refit if f["op"] != "p2p"} == {"all_reduce", "all_gather"}
+    for fit in (f for f in refit if f["op"] != "p2p"):
+        assert f"| {fit['op']} | {fit['name']} |" in collectives
+    assert text.count("<details>") == len(refit)
+
+
+def test_nccl_tests_columns_follow_from_the_measurements(report):
+    run, text = report
+    rec = next(r for r in read_jsonl(run / "microbench.jsonl")
+               if r["op"] == "all_reduce" and r["bytes"] == 64 * 2 ** 20)
+    algbw = rec["bytes"] / rec["time_s"] * 8 / 1e9
+    row = next(line for line in text.splitlines() if line.startswith(f"| {rec['bytes']} | {rec['count']} |")
+               and f"{algbw:.3f}" in line)
+    cells = [c.strip() for c in row.strip("|").split(" | ")]
+    assert cells[2] == "float" and float(cells[3]) == pytest.approx(rec["time_s"] * 1e6, abs=0.05)
+    assert float(cells[5]) == pytest.approx(algbw * 2 * 3 / 4, abs=1e-3)  # 4 ranks
+
+
+def test_plans_table_has_every_plan_with_its_errors(report):
+    run, text = report
+    plans = text.split("## Plans")[1].split("## Timeline")[0]
+    for p in read_jsonl(run / "plans.jsonl"):
+        row = next(line for line in plans.splitlines() if line.startswith(f"| {p['plan_id']} |"))
+        if p["status"] == "ok":
+            err = (p["predicted_calibrated_s"] - p["measured_s"]) / p["measured_s"] * 100
+            assert f"| {err:+.1f} |" in row
+        else:
+            assert p["reason"] in row
+    assert "\\|" in plans  # the data-parallel description's "|" is escaped, not a column
+
+
+def is_png(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", path
+    return struct.unpack(">II", data[16:24])
+
+
+def test_figures_exist_are_pngs_of_a_readable_size_and_are_linked(report):
+    run, text = report
+    for name in FIGURES:
+        path = run / "figures" / name
+        width, height = is_png(path)
+        assert width >= 600 and height >= 400 and path.stat().st_size > 20_000, (name, width, height)
+        assert f"(figures/{name})" in text
+    timeline = text.split("## Timeline")[1]
+    assert "Plan d1" in timeline and "calibrated cost model" in timeline  # d1's "predicted" says calibrated
+    assert f"python -m emulator report {run}" in text
+
+
+def test_cli_prints_the_report_path_and_the_mape_line(tmp_path, capsys):
+    run = copy_run(tmp_path)
+    assert cli.main(["report", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(run / "report.md") and MAPE.match(out[1])
+    assert out[1] in (run / "report.md").read_text().splitlines()
+
+
+def test_missing_config_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "plans.jsonl").write_text("")
+    assert cli.main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path}: no config.json; is this a directory written by `emulator calibrate`?\n"
+
+
+def test_a_bad_line_is_one_line_naming_file_and_line(tmp_path, capsys):
+    run = copy_run(tmp_path)
+    with open(run / "microbench.jsonl", "a") as f:
+        f.write('{"op": "p2p", "bytes": 4')
+    assert cli.main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    lines = read_jsonl(DATA / "microbench.jsonl")
+    assert err.startswith(f"error: {run / 'microbench.jsonl'}: line {len(lines) + 1} is not valid JSON")
+    assert err.count("\n") == 1
+
+
+def test_config_alone_gives_a_report_that_says_what_is_missing(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"scale": 4, "mechanism": "netem"}))
+    text = write_report(tmp_path).read_text()
+    assert "MAPE: no measured plans (0 in plans.jsonl; scale 4, delay by netem)" in text
+    assert "No p2p measurements" in text and not (tmp_path / "figures").exists()
+
+
+def test_compute_records_give_a_compute_section(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"scale": 10, "mechanism": "nfqueue", "compute": "real"}))
+    (tmp_path / "microbench.jsonl").write_text("".join(json.dumps(
+        {"op": "compute", "device": "a100-80gb", "name": f"gpt/stage{i}", "predicted_s": p, "time_s": t,
+         "efficiency": 0.45}) + "\n" for i, (p, t) in enumerate([(0.2, 0.25), (0.3, 0.35)])))
+    text = write_report(tmp_path).read_text()
+    assert f"| a100-80gb | 0.45 | {0.45 * 0.5 / 0.6:.3f} | 2 |" in text
+    assert json.loads((tmp_path / "fits.json").read_text())["gpu_efficiency"]["a100-80gb"] == \
+        pytest.approx(0.45 * 0.5 / 0.6)
