@@ -17,10 +17,15 @@ import sys
 import pulp
 
 
-@functools.cache
 def highs_available() -> bool:
     if not pulp.HiGHS().available():
         return False
+    _first_highs_to_stderr()
+    return True
+
+
+@functools.cache
+def _first_highs_to_stderr() -> None:
     import highspy
 
     sys.stdout.flush()
@@ -31,7 +36,6 @@ def highs_available() -> bool:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
-    return True
 
 
 def milp_solver():

@@ -69,7 +69,9 @@ class TopologyView:
         return Channel(alpha + self.calibration.per_message_overhead_s, base_gbps * frac * GBPS)
 
     def intra(self, cluster: str, *, spans_nodes: bool) -> Channel:
-        cal = self.calibration.intra.get(cluster)
+        # A calibration's intra entry is the inter-node network it measured (the emulator's hosts),
+        # never NVLink inside a node.
+        cal = self.calibration.intra.get(cluster) if spans_nodes else None
         c = self.topology.cluster(cluster)
         if cal:
             return Channel(cal.alpha_s, cal.beta_gbps * GBPS)

@@ -6,8 +6,10 @@ backwards; Narayanan et al., SC'21, fig. 4). An operation starts when its
 stage is free and its input has arrived: F(i, k) needs F(i-1, k) plus the
 activation transfer, B(i, k) needs B(i+1, k) plus the gradient transfer (and
 the last stage's B needs its own F). Transfers over one stage boundary and
-direction are serialised (one channel), so a thin WAN link that cannot keep
-up with compute shows up as queueing, not as a formula's max().
+direction are serialised (one channel) for their ``n / beta`` part, so a thin
+WAN link that cannot keep up with compute shows up as queueing, not as a
+formula's max(); their latency (alpha) overlaps the next transfer, as a
+message in flight does not stop the next from entering the link.
 A stage's gradient sync starts after its last backward (intra-cluster
 phase first); inter-cluster phases of stages on the same ring of clusters
 queue on that ring, in the order the stages become ready. The iteration ends
@@ -15,7 +17,7 @@ when the last sync ends. Cost: O(S * m).
 
 Fast: ``(m - 1) * period + sum_i(F_i + B_i) + 2 * sum(p2p) + exposed sync``.
 The steady-state ``period`` per micro-batch is the larger of the busiest
-resource (a stage's ``F_i + B_i`` or one boundary's transfer) and 1F1B's
+resource (a stage's ``F_i + B_i`` or one boundary's ``n / beta``) and 1F1B's
 in-flight limit: stage i holds at most ``S - i`` micro-batches, so stages
 i..j hold at most ``j - i + 1`` between them, and each must make the round
 trip ``RT_ij`` (compute of stages i..j and the transfers between them, both
@@ -61,6 +63,8 @@ def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
     bwd = [c.backward_s for c in costs]
     send_f = [c.send_forward_s for c in costs]
     send_b = [c.send_backward_s for c in costs]
+    lat_f = [c.send_forward_latency_s for c in costs]
+    lat_b = [c.send_backward_latency_s for c in costs]
     pos = [0] * S
     free = [0.0] * S
     f_end = [[0.0] * m for _ in range(S)]
@@ -87,8 +91,8 @@ def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
                     f_end[i][k] = t_free
                     if i < last:
                         t0 = t_free if t_free > chan_f[i] else chan_f[i]
-                        chan_f[i] = t0 + send_f[i]
-                        f_ready[i + 1][k] = chan_f[i]
+                        chan_f[i] = t0 + send_f[i] - lat_f[i]
+                        f_ready[i + 1][k] = t0 + send_f[i]
                 else:
                     ready = f_end[i][k] if i == last else b_ready[i][k]
                     if ready is None:
@@ -97,8 +101,8 @@ def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
                     t_free = start + bwd[i]
                     if i > 0:
                         t0 = t_free if t_free > chan_b[i] else chan_b[i]
-                        chan_b[i] = t0 + send_b[i]
-                        b_ready[i - 1][k] = chan_b[i]
+                        chan_b[i] = t0 + send_b[i] - lat_b[i]
+                        b_ready[i - 1][k] = t0 + send_b[i]
                 out.append((kind, k, start, t_free))
                 p += 1
                 remaining -= 1
@@ -132,7 +136,8 @@ def estimate_1f1b(costs: list[StageCost], micro_batches: int) -> float:
     m = micro_batches
     work = [c.forward_s + c.backward_s for c in costs]
     S = len(costs)
-    period = max(max(w, c.send_forward_s, c.send_backward_s) for w, c in zip(work, costs))
+    period = max(max(w, c.send_forward_s - c.send_forward_latency_s, c.send_backward_s - c.send_backward_latency_s)
+                 for w, c in zip(work, costs))
     for i in range(S):
         round_trip = 0.0
         for j in range(i, S):  # RT_ij = sum_{i<=k<=j} (F_k + B_k) + both-way sends between them

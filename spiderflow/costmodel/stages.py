@@ -39,6 +39,10 @@ class StageCost:
     sync_s: float  # this stage's gradient all-reduce inside clusters (parallel per stage)
     sync_wan_s: float = 0.0  # its inter-cluster phase, on the ring ``sync_ring``
     sync_ring: tuple[str, ...] = ()
+    # the latency (alpha) part of send_forward_s / send_backward_s: it overlaps the next message
+    # on the same boundary, which only waits for the previous one's n / beta
+    send_forward_latency_s: float = 0.0
+    send_backward_latency_s: float = 0.0
 
 
 def ring_allreduce_s(nbytes: float, ranks: int, chan: Channel) -> float:
@@ -117,15 +121,18 @@ def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
     stages = plan.replicas[replica]
     per_rank = spec.boundary_bytes(plan.micro_batch_size, plan.job.seq_len)
 
-    def send(a: str, b: str) -> float:
-        # Inside a cluster each DP group has its own NIC; across clusters all
-        # ``dp`` groups' transfers squeeze through the same WAN path.
-        return view.p2p(a, b).time(per_rank if a == b else plan.dp * per_rank)
+    def send(a: str, b: str) -> tuple[float, float]:
+        """(transfer time, its latency part) of one micro-batch's boundary tensor from a to b.
+        Inside a cluster each DP group has its own NIC; across clusters all ``dp`` groups'
+        transfers squeeze through the same WAN path."""
+        chan = view.p2p(a, b)
+        return chan.time(per_rank if a == b else plan.dp * per_rank), chan.alpha_s
 
     out = []
     for i, st in enumerate(stages):
         fwd, bwd = stage_compute_s(plan, st, topo, view.calibration)
-        send_f = send(st.cluster, stages[i + 1].cluster) if i + 1 < len(stages) else 0.0
-        send_b = send(st.cluster, stages[i - 1].cluster) if i > 0 else 0.0
-        out.append(StageCost(fwd, bwd, send_f, send_b, *syncs[i]))
+        send_f, lat_f = send(st.cluster, stages[i + 1].cluster) if i + 1 < len(stages) else (0.0, 0.0)
+        send_b, lat_b = send(st.cluster, stages[i - 1].cluster) if i > 0 else (0.0, 0.0)
+        out.append(StageCost(fwd, bwd, send_f, send_b, *syncs[i], send_forward_latency_s=lat_f,
+                             send_backward_latency_s=lat_b))
     return out
