@@ -17,8 +17,10 @@ import sys
 from spiderflow.errors import SpiderFlowError
 
 SUBCOMMANDS = {
+    "calibrate": "emulator.calibrate.command",
     "check": "emulator.check",
     "clean": "emulator.clean",
+    "report": "emulator.report",
     "run": "emulator.run",
 }
 

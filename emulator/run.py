@@ -23,9 +23,11 @@ from pathlib import Path
 
 from emulator.capability import require_root
 from emulator.check import add_network_arguments, resolve_topology
+from emulator.compute import COMPUTE_MODES
 from emulator.errors import EmulatorError
 from emulator.plan import NetConfig
 from emulator.runner import JobRun, RunConfig, Runner
+from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.placement import DEFAULT_PLANNER, PLANNERS
 from spiderflow.topology import load_topology
 from spiderflow.traces import load_trace
@@ -51,13 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first iterations left out of the measurement (default %(default)s)")
     parser.add_argument("--time-scale", type=float, default=d.time_scale,
                         help="divide the trace's arrival times by this (default %(default)g)")
-    parser.add_argument("--compute", choices=("emulated", "real"), default="emulated",
-                        help="emulated: sleep the cost model's GPU time (default); real: not implemented yet")
+    parser.add_argument("--compute", choices=COMPUTE_MODES, default=d.compute,
+                        help="emulated: sleep the cost model's GPU time (default); real: run CPU proxies of the "
+                             "stages, sized to that time at this CPU's matmul rate (small runs only)")
     parser.add_argument("--job-timeout", type=float, default=d.job_timeout_s, metavar="S",
                         help="fail a job still running S seconds after launch (default %(default)g)")
     parser.add_argument("--slow-start-after-idle", action="store_true",
                         help="keep the kernel's TCP slow start after idle (default: off in the emulated hosts, "
                              "so a pipeline transfer costs alpha + n / beta as the cost model assumes)")
+    parser.add_argument("--calibration", default=None, metavar="FILE",
+                        help="calibration JSON from `emulator calibrate`: the planner and the predictions use it")
     parser.add_argument("--out", default=None, help="output directory (default runs/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     add_network_arguments(parser)
@@ -68,14 +73,14 @@ def main(args: argparse.Namespace) -> int:
     topo = load_topology(resolve_topology(args.topology))  # bad inputs fail here, before root
     trace_path = resolve_topology(args.trace)
     jobs = load_trace(trace_path).jobs
-    if args.compute == "real":
-        raise EmulatorError("--compute real is not implemented yet; use --compute emulated (the default)")
+    calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
     net = NetConfig(hosts_per_cluster=args.hosts_per_cluster, scale=args.scale,
                     intra_cap_mbps=args.intra_cap_mbps, delay=args.delay)
     try:
         cfg = RunConfig(planner=args.planner, iterations=args.iterations, warmup=args.warmup,
                         time_scale=args.time_scale, job_timeout_s=args.job_timeout, net=net,
-                        warm_tcp=not args.slow_start_after_idle)
+                        warm_tcp=not args.slow_start_after_idle, compute=args.compute,
+                        calibration=calibration)
     except ValueError as exc:
         raise EmulatorError(f"run: {exc}") from None
     require_root()
@@ -84,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
     progress = lambda msg: print(f"[run] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     config = {"topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planner": cfg.planner,
               "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
-              "compute": args.compute, "warm_tcp": cfg.warm_tcp, "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
+              "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp, "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
               "net": asdict(net), "started": dt.datetime.now().isoformat(timespec="seconds")}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{len(jobs)} jobs from {trace_path} on {topo.source}; planner {cfg.planner}; "
@@ -98,6 +103,9 @@ def main(args: argparse.Namespace) -> int:
         with Emulation(topo, net, log=progress) as emu:
             mechanism = emu.mechanism
             runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress)
+            if runner.cpu_flops_per_s is not None:  # probed by the Runner: config.json gets it too
+                config["cpu_flops_per_s"] = runner.cpu_flops_per_s
+                (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
             try:
                 runner.run()
             except BaseException:

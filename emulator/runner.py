@@ -31,9 +31,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.compute import COMPUTE_MODES, cpu_flops_per_s
 from emulator.launch import describe_plan, emulated_view, predict_emulated, rank_specs, ranks_per_cluster
 from emulator.plan import HostPlan, NetConfig
 from emulator.worker import STARTUP_NICE_ENV, RankSpec, rank_env
+from spiderflow.costmodel import NO_CALIBRATION, Calibration
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import PlacementRequest, run_planner
 from spiderflow.plan import Plan
@@ -63,6 +65,10 @@ class RunConfig:
     # host namespace), as the cost model's alpha + n / beta assumes; see docs/emulator-run.md.
     warm_tcp: bool = True
     net: NetConfig = field(default_factory=NetConfig)
+    # "emulated": ranks sleep the predicted compute; "real": they run CPU proxies (emulator.compute)
+    compute: str = "emulated"
+    # fitted by `emulator calibrate`; the planner and every prediction use it
+    calibration: Calibration = NO_CALIBRATION
 
     def __post_init__(self) -> None:
         if self.iterations < 2:
@@ -72,6 +78,18 @@ class RunConfig:
                              "an iteration time needs two measured iteration ends")
         if not self.time_scale > 0:
             raise ValueError(f"time_scale must be > 0 (got {self.time_scale})")
+        if self.compute not in COMPUTE_MODES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)} (got {self.compute!r})")
+
+
+def warm_tcp(emu) -> None:
+    """``net.ipv4.tcp_slow_start_after_idle=0`` in every host of ``emu`` (see RunConfig.warm_tcp)."""
+    from emulator.commands import sysctl_command
+
+    argv = sysctl_command({"net.ipv4.tcp_slow_start_after_idle": "0"})
+    for hosts in emu.hosts.values():
+        for h in hosts:
+            emu.executor.run(h.name, emu.node(h.name).pid, argv)
 
 
 @dataclass(kw_only=True)
@@ -148,16 +166,13 @@ class Runner:
         self.peak_ranks = 0  # most ranks running at once
         self.t0 = time.monotonic()
         self._launched = open(self.out / "launched.jsonl", "a", buffering=1)
+        # real compute: proxies are sized by this CPU's single-thread matmul rate (same CPU in every host)
+        self.cpu_flops_per_s: float | None = None
+        if config.compute == "real":
+            self.cpu_flops_per_s = cpu_flops_per_s()
+            log(f"real compute: CPU matmul rate {self.cpu_flops_per_s / 1e9:.1f} GFLOP/s per core")
         if config.warm_tcp:
-            self._warm_tcp()
-
-    def _warm_tcp(self) -> None:
-        from emulator.commands import sysctl_command
-
-        argv = sysctl_command({"net.ipv4.tcp_slow_start_after_idle": "0"})
-        for hosts in self.emu.hosts.values():
-            for h in hosts:
-                self.emu.executor.run(h.name, self.emu.node(h.name).pid, argv)
+            warm_tcp(emu)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -198,6 +213,10 @@ class Runner:
                 j.status, j.reason = "interrupted", "the run was interrupted"
 
     # ------------------------------------------------------------------ start
+    def _view(self, link_load: dict | None = None):
+        """The cost model's view of the emulated network (with the run's calibration, if any)."""
+        return emulated_view(self.topo, self.cfg.net, link_load=link_load, calibration=self.cfg.calibration)
+
     def _link_load(self) -> dict:
         load: Counter = Counter()
         for j in self.jobs:
@@ -222,6 +241,7 @@ class Runner:
         all_free = all(self.free_gpus[c.name] == c.total_gpus for c in self.topo.clusters)
         try:
             res = run_planner(self.cfg.planner, PlacementRequest(job=job, topology=self.topo,
+                                                                 calibration=self.cfg.calibration,
                                                                  free_gpus=dict(self.free_gpus), link_load=load))
         except InfeasiblePlan as exc:
             if all_free:
@@ -241,15 +261,16 @@ class Runner:
     def _launch(self, j: JobRun, plan: Plan, segments, load: dict) -> None:
         job = j.job
         net = self.cfg.net
-        view = emulated_view(self.topo, net, link_load=load)
+        view = self._view(load)
         j.plan, j.segments, j.routes = plan, tuple(segments), plan_routes(plan, self.topo)
         j.predicted_s = predict_emulated(plan, view)
-        j.predicted_alone_s = predict_emulated(plan, emulated_view(self.topo, net))
+        j.predicted_alone_s = predict_emulated(plan, self._view())
         for c, g in plan.placement.items():
             self.free_gpus[c] -= g
         specs = rank_specs(plan, view, job_id=job.job_id, master_addr="0.0.0.0", master_port=0, scale=net.scale,
                            iterations=self.cfg.iterations, out_dir=str(self.rank_dir),
-                           timeout_s=self.cfg.rank_timeout_s)
+                           timeout_s=self.cfg.rank_timeout_s, compute=self.cfg.compute,
+                           cpu_flops_per_s=self.cpu_flops_per_s)
         hosts = [self.free_hosts[plan.replicas[s.rank // plan.depth][s.stage].cluster].pop(0) for s in specs]
         port, self.next_port = self.next_port, self.next_port + 1
         j.start_s = self.now()
@@ -347,7 +368,7 @@ class Runner:
                 for route in o.routes:
                     for key in route:
                         load[key] += 1
-        j.predicted_shared_s = predict_emulated(j.plan, emulated_view(self.topo, self.cfg.net, link_load=load))
+        j.predicted_shared_s = predict_emulated(j.plan, self._view(load))
 
     def _release(self, j: JobRun) -> None:
         for c, g in j.plan.placement.items():

@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.collectives import ring_all_reduce
 from emulator.compute import COMPUTE_MODES, ProxyShape, StageProxy
 from spiderflow.costmodel.schedule import one_f_one_b_order
 
@@ -141,24 +142,27 @@ def _groups(spec: RankSpec, dist):
 
 
 def sync(spec: RankSpec, groups: dict, torch, dist) -> None:
-    """The stage's gradient all-reduce: flat inside one cluster, hierarchical across clusters."""
+    """The stage's gradient all-reduce: a ring inside one cluster, hierarchical across clusters
+    (rings of :func:`emulator.collectives.ring_all_reduce`, the algorithm the cost model prices)."""
     clusters = groups.get("clusters") or []
     if sum(len(c) for c in clusters) <= 1:
         return
     n = max(1, spec.grad_bytes // FLOAT_BYTES)
     if len(clusters) == 1:
-        dist.all_reduce(torch.ones(n), group=groups["whole"])
+        ranks = sorted(clusters[0])
+        ring_all_reduce(torch.ones(-(-n // len(ranks)) * len(ranks)), ranks, spec.rank, dist, groups["whole"])
         return
     ci = next(i for i, ranks in enumerate(clusters) if spec.rank in ranks)
     local = clusters[ci]
     g, j = len(local), local.index(spec.rank)
-    n = -(-n // g) * g  # equal shards
+    members = sorted(ranks[j] for ranks in clusters if j < len(ranks))  # this rank's inter-cluster ring
+    n = -(-n // (g * len(members))) * g * len(members)  # equal shards, each divisible by its ring
     grad = torch.ones(n)
     if g > 1:  # reduce inside the cluster (an all-reduce where the model has a reduce-scatter)
-        dist.all_reduce(grad, group=groups["intra"][ci])
+        ring_all_reduce(grad, sorted(local), spec.rank, dist, groups["intra"][ci])
     shard = grad[j * n // g:(j + 1) * n // g].clone()
     if groups["inter"][j] is not None:  # g parallel inter-cluster rings, one shard each
-        dist.all_reduce(shard, group=groups["inter"][j])
+        ring_all_reduce(shard, members, spec.rank, dist, groups["inter"][j])
     if g > 1:
         parts = [torch.empty_like(shard) for _ in range(g)]
         dist.all_gather(parts, shard, group=groups["intra"][ci])

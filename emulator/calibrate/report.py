@@ -263,7 +263,7 @@ def _how_to_read(run: Run) -> list[str]:
             f"Bytes and bandwidths are real-equivalent: the emulator divided every byte count and bandwidth by "
             f"the scale factor {run.scale:g} on the wire, and times are wall seconds. Each link and collective "
             "is fitted with `t = alpha + n / beta` (collectives: per ring step and per link), by least squares "
-            "on relative error (weights 1/t²) with alpha >= 0; a residual is (model - measured) / measured. "
+            "weighted by 1/t with alpha >= 0; a residual is (model - measured) / measured. "
             "A fitted/configured bandwidth well below 1 means the emulated link (or TCP over it) does not "
             "reach its configured rate; a fitted latency above the configured one is per-message overhead. "
             "algbw = size / time and busbw = algbw x bus factor as in nccl-tests, but in Gbit/s "

@@ -1,0 +1,163 @@
+"""nccl-tests-style microbenchmarks over the emulated network, with real torch.distributed collectives.
+
+Which tests (:func:`bench_tests`, pure): with two hosts per cluster (ranks
+``2i`` and ``2i + 1`` in cluster ``i``),
+
+- ``p2p`` over every WAN path: one direction per pair of clusters (the
+  shaping is symmetric; a path entry of the calibration file serves both
+  directions), host 0 to host 0, multi-hop paths included;
+- ``p2p`` inside every cluster (host 0 to host 1);
+- ``all_reduce``, ``all_gather`` and ``reduce_scatter`` inside the first
+  cluster (2 ranks) and across all clusters (host 0 of each, one flat ring
+  as gloo builds it).
+
+Sizes are real-equivalent bytes, 4 KB to 256 MB by factors of 16 (the wire
+carries them divided by the scale). Collectives across clusters stop at
+``CROSS_MAX_BYTES`` (16 MB): a 256 MB ring over the thinnest default link
+takes over ten seconds a sample, and at 16 MB the bandwidth term is already
+about half of the time.
+
+:func:`run_microbench` starts one :mod:`~emulator.calibrate.bench_worker` per
+host, waits, and :func:`combine` turns their JSON lines into the records of
+``microbench.jsonl`` (docs/calibration.md), each with the cost model's
+uncalibrated figures for that path or group beside the measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from emulator.errors import EmulatorError
+from emulator.worker import rank_env
+from spiderflow.costmodel import TopologyView
+from spiderflow.costmodel.network import GBPS
+from spiderflow.topology import Topology
+
+SIZES_BYTES = tuple(4096 * 16 ** k for k in range(5))  # 4 KB, 64 KB, 1 MB, 16 MB, 256 MB
+MAX_BYTES = 256 * 2 ** 20
+CROSS_MAX_BYTES = 16 * 2 ** 20
+LARGE_BYTES = 64 * 2 ** 20  # from this size on: fewer samples (each takes seconds over the WAN)
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+BENCH_PORT = 29400
+HOSTS_NEEDED = 2
+
+
+def _sizes(limit: int) -> list[int]:
+    return [s for s in SIZES_BYTES if s <= limit]
+
+
+def bench_tests(topology: Topology, *, samples: int = 3, warmup: int = 1, samples_large: int = 2,
+                max_bytes: int = MAX_BYTES, cross_max_bytes: int = CROSS_MAX_BYTES) -> list[dict]:
+    """The ordered test list every rank runs (see the module docstring)."""
+    names = list(topology.names)
+    h0 = {c: 2 * i for i, c in enumerate(names)}
+    common = {"samples": samples, "warmup": warmup, "samples_large": samples_large, "large_bytes": LARGE_BYTES}
+    tests: list[dict] = []
+
+    def add(op: str, scope: str, name: str, clusters: list[str], ranks: list[int], limit: int) -> None:
+        tests.append({"id": len(tests), "op": op, "scope": scope, "name": name, "clusters": clusters,
+                      "ranks": ranks, "sizes": _sizes(limit), **common})
+
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            add("p2p", "wan", f"{a}->{b}", [a, b], [h0[a], h0[b]], max_bytes)
+    for c in names:
+        add("p2p", "intra", c, [c], [h0[c], h0[c] + 1], max_bytes)
+    first = names[0]
+    for op in COLLECTIVES:
+        add(op, "intra", first, [first], [h0[first], h0[first] + 1], max_bytes)
+    if len(names) > 1:
+        for op in COLLECTIVES:
+            add(op, "cross", "+".join(names), names, [h0[c] for c in names], cross_max_bytes)
+    return tests
+
+
+def configured(test: dict, view: TopologyView) -> tuple[float, float]:
+    """(alpha_s, beta_gbps) the uncalibrated cost model uses for this test's path or group."""
+    clusters = test["clusters"]
+    if test["scope"] == "wan":
+        chan = view.p2p(*clusters)
+    elif test["scope"] == "intra":
+        chan = view.intra(clusters[0], spans_nodes=True)
+    else:
+        chan = view.ring(clusters)
+    return chan.alpha_s, chan.bytes_per_s / GBPS
+
+
+def combine(tests: list[dict], lines: list[dict], *, topology: str, view: TopologyView) -> list[dict]:
+    """Rank lines -> one ``microbench.jsonl`` record per (test, size): median over the measured samples."""
+    stamps: dict[tuple[int, int, int], list[dict]] = defaultdict(list)
+    for line in lines:
+        if "test" in line and not line.get("warmup"):
+            stamps[(line["test"], line["bytes"], line["rep"])].append(line)
+    records = []
+    for test in tests:
+        alpha, beta = configured(test, view)
+        for size in test["sizes"]:
+            samples, count = [], None
+            for (tid, nbytes, _rep), group in sorted(stamps.items()):
+                if tid != test["id"] or nbytes != size:
+                    continue
+                starts = [g["t_start"] for g in group if "t_start" in g]
+                ends = [g["t_end"] for g in group if "t_end" in g]
+                if len(ends) == (1 if test["op"] == "p2p" else len(test["ranks"])) and starts:
+                    samples.append(max(ends) - max(starts))
+                    count = group[0]["count"]
+            if not samples:
+                continue
+            records.append({"topology": topology, "op": test["op"], "scope": test["scope"], "name": test["name"],
+                            "clusters": test["clusters"], "ranks": len(test["ranks"]), "bytes": size,
+                            "count": count, "type": "float", "time_s": statistics.median(samples),
+                            "samples_s": samples, "configured_alpha_s": alpha, "configured_beta_gbps": beta})
+    return records
+
+
+def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyView, *, out_dir: Path,
+                   timeout_s: float = 900.0, log: Callable[[str], None] = lambda _m: None) -> list[dict]:
+    """Run ``tests`` on two hosts of every cluster of ``emu``; return the combined records."""
+    work = Path(out_dir) / "bench"
+    work.mkdir(parents=True, exist_ok=True)
+    hosts = []
+    for c in topology.names:
+        hs = emu.hosts[c]
+        if len(hs) < HOSTS_NEEDED:
+            raise EmulatorError(f"calibrate needs {HOSTS_NEEDED} hosts per cluster ({c} has {len(hs)})")
+        hosts.extend(hs[:HOSTS_NEEDED])
+    repo = Path(__file__).resolve().parents[2]
+    procs = []
+    for rank, host in enumerate(hosts):
+        spec = {"rank": rank, "world_size": len(hosts), "master_addr": hosts[0].ip, "master_port": BENCH_PORT,
+                "scale": emu.scale, "timeout_s": timeout_s, "out": str(work / f"r{rank}.jsonl"), "tests": tests}
+        path = work / f"r{rank}.json"
+        path.write_text(json.dumps(spec))
+        env = {**os.environ, **rank_env(host.intf, host.name, "gloo"),
+               "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        with open(work / f"r{rank}.log", "wb") as logfile:
+            procs.append(emu.popen(host.name, [sys.executable, "-m", "emulator.calibrate.bench_worker", str(path)],
+                                   env=env, role=f"bench/r{rank}", stdout=logfile, stderr=subprocess.STDOUT,
+                                   cwd=str(repo)))
+    log(f"microbenchmarks: {len(tests)} tests on {len(hosts)} ranks")
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in procs):
+        if time.monotonic() > deadline:
+            raise EmulatorError(f"microbenchmarks still running after {timeout_s:g} s; logs in {work}")
+        emu.check_daemons()
+        time.sleep(0.5)
+    lines = []
+    for rank in range(len(hosts)):
+        for text in (work / f"r{rank}.jsonl").read_text().splitlines():
+            lines.append(json.loads(text))
+    bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
+    if bad:
+        reasons = [l.get("reason") for l in lines if l.get("event") == "failed"]
+        raise EmulatorError(f"microbenchmark rank {bad[0][0]} exited with {bad[0][1]}"
+                            + (f": {reasons[0]}" if reasons else f"; see {work}/r{bad[0][0]}.log"))
+    return combine(tests, lines, topology=topology.source, view=view)

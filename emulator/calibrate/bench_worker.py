@@ -1,0 +1,132 @@
+"""One microbenchmark rank inside an emulated host: runs every test of its spec with real collectives.
+
+``python -m emulator.calibrate.bench_worker SPEC.json``. The spec (written by
+:mod:`emulator.calibrate.bench`) names this rank, the rendezvous and the
+tests, in the same order on every rank. For each test this rank takes part
+in, and for each size, it runs ``warmup + samples`` repetitions and writes one
+JSON line per repetition with CLOCK_MONOTONIC times (all ranks share the
+machine's clock, so the orchestrator can combine them):
+
+- ``p2p``: the receiver posts its ``irecv`` first, the pair meets at a
+  barrier, then the sender stamps ``t_start`` and sends; the receiver stamps
+  ``t_end`` when the message is in. ``t_end - t_start`` is a one-way transfer
+  from a ready sender to a ready receiver, what the cost model's
+  ``alpha + n / beta`` prices (gloo send/recv is a rendezvous; the worker of
+  ``emulator run`` pre-posts its receives for the same reason).
+- collectives: ``all_reduce`` is the ring of :mod:`emulator.collectives`
+  (what the worker's gradient sync runs), ``all_gather`` and
+  ``reduce_scatter`` are gloo's own. For each the
+  group meets at a barrier; each rank stamps ``t_start`` and ``t_end`` around
+  the call. The orchestrator takes ``max(t_end) - max(t_start)``: from the last
+  rank's arrival to the last rank's finish.
+
+Tensors are float32 of ``bytes / scale / 4`` elements (at least one): the
+sizes in the spec are real-equivalent, the wire carries them divided by the
+emulation's scale, as the shaped bandwidths are.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+from emulator.collectives import ring_all_reduce
+
+FLOAT_BYTES = 4
+
+
+def elements(nbytes: float, scale: float, ranks: int = 1) -> int:
+    """Float32 elements of a real-equivalent size on the wire, a multiple of ``ranks`` (at least ``ranks``)."""
+    n = max(1, int(round(nbytes / scale / FLOAT_BYTES)))
+    return max(ranks, -(-n // ranks) * ranks)
+
+
+def _p2p(test: dict, me: int, n: int, torch, dist, pair) -> dict:
+    src, dst = test["ranks"]
+    buf = torch.ones(n)
+    if me == dst:
+        work = dist.irecv(buf, src=src)
+        dist.barrier(group=pair)
+        work.wait()
+        return {"t_end": time.monotonic()}
+    dist.barrier(group=pair)
+    t0 = time.monotonic()
+    dist.send(buf, dst=dst)
+    return {"t_start": t0}
+
+
+def _collective(test: dict, me: int, n: int, torch, dist, group) -> dict:
+    p = len(test["ranks"])
+    op = test["op"]
+    if op == "all_reduce":
+        buf = torch.ones(n)
+        dist.barrier(group=group)
+        t0 = time.monotonic()
+        ring_all_reduce(buf, sorted(test["ranks"]), me, dist, group)
+    elif op == "all_gather":  # n: the gathered size, as nccl-tests counts it
+        shard, parts = torch.ones(n // p), [torch.empty(n // p) for _ in range(p)]
+        dist.barrier(group=group)
+        t0 = time.monotonic()
+        dist.all_gather(parts, shard, group=group)
+    elif op == "reduce_scatter":  # n: the input size
+        out, parts = torch.empty(n // p), list(torch.ones(n).chunk(p))
+        dist.barrier(group=group)
+        t0 = time.monotonic()
+        dist.reduce_scatter(out, parts, group=group)
+    else:
+        raise ValueError(f"unknown op {op!r}")
+    return {"t_start": t0, "t_end": time.monotonic()}
+
+
+def run(spec: dict) -> int:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    me, scale = spec["rank"], spec["scale"]
+    out = open(spec["out"], "a", buffering=1)
+    dist.init_process_group("gloo", init_method=f"tcp://{spec['master_addr']}:{spec['master_port']}",
+                            rank=me, world_size=spec["world_size"],
+                            timeout=dt.timedelta(seconds=spec["timeout_s"]))
+    try:
+        # every rank creates every group, in test order (torch.distributed requires it)
+        groups = [dist.new_group(sorted(t["ranks"])) for t in spec["tests"]]
+        dist.barrier()
+        for test, group in zip(spec["tests"], groups):
+            if me not in test["ranks"]:
+                continue
+            p = 1 if test["op"] == "p2p" else len(test["ranks"])
+            for size in test["sizes"]:
+                n = elements(size, scale, p)
+                reps = test["warmup"] + (test["samples_large"] if size >= test["large_bytes"] else test["samples"])
+                for rep in range(reps):
+                    stamp = (_p2p(test, me, n, torch, dist, group) if test["op"] == "p2p"
+                             else _collective(test, me, n, torch, dist, group))
+                    out.write(json.dumps({"test": test["id"], "bytes": size, "count": n, "rep": rep,
+                                          "warmup": rep < test["warmup"], "rank": me, **stamp}) + "\n")
+        dist.barrier()
+        out.write(json.dumps({"event": "done", "rank": me}) + "\n")
+        return 0
+    except RuntimeError as exc:  # gloo timeouts and peer failures
+        out.write(json.dumps({"event": "failed", "rank": me, "reason": str(exc).splitlines()[0][:300]}) + "\n")
+        return 3
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m emulator.calibrate.bench_worker SPEC.json", file=sys.stderr)
+        return 2
+    return run(json.loads(Path(argv[0]).read_text()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

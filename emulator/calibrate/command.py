@@ -1,0 +1,147 @@
+"""``sudo python -m emulator calibrate``: microbenchmarks, alpha-beta fits, plans before/after, report.
+
+For each ``--topology`` (default ``topologies/default.yaml``; repeat the
+option for more): build the network with two hosts per cluster (more if a
+plan needs them), run the microbenchmarks (:mod:`~emulator.calibrate.bench`),
+fit them and write ``calibration-<topology name>.json`` (the file
+``--calibration`` of ``spiderflow plan/simulate/compare`` and ``emulator run``
+reads), then run the plan set (:mod:`~emulator.calibrate.plans`) with the
+uncalibrated and calibrated predictions beside the measurement; tear the
+network down. Finally write ``report.md`` (:mod:`~emulator.calibrate.report`).
+Everything is written as it is measured; the run-directory format is in
+docs/calibration.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from emulator.capability import require_root
+from emulator.check import add_network_arguments, resolve_topology
+from emulator.errors import EmulatorError
+from emulator.plan import NetConfig
+from emulator.runner import RunConfig
+from spiderflow.costmodel import load_calibration
+from spiderflow.topology import load_topology
+
+HELP = "measure the emulated network (nccl-tests style), fit alpha-beta, check the cost model before/after"
+DEFAULT_TOPOLOGY = "topologies/default.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology", action="append", default=None,
+                        help=f"topology YAML; repeat for several (default {DEFAULT_TOPOLOGY})")
+    parser.add_argument("--iterations", type=int, default=5, metavar="K",
+                        help="iterations each plan runs (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="first iterations of each plan left out of the measurement (default %(default)s)")
+    parser.add_argument("--samples", type=int, default=3,
+                        help="measured repetitions per microbenchmark size (2 from 64 MB on; default %(default)s)")
+    parser.add_argument("--no-plans", action="store_true", help="microbenchmarks and fits only")
+    parser.add_argument("--out", default=None, help="output directory (default runs/calibrate-<timestamp>)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_network_arguments(parser)
+
+
+def _append(path: Path, rows: list[dict]) -> None:
+    with open(path, "a") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+
+
+def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int, with_plans: bool, out: Path,
+                       log) -> tuple[Path, str]:
+    """One topology: microbenchmarks, fit, calibration file, plans. Returns the calibration file and
+    the delay mechanism the network used."""
+    from emulator.calibrate.bench import HOSTS_NEEDED, bench_tests, run_microbench
+    from emulator.calibrate.fit import calibration_json, fit_records
+    from emulator.calibrate.plans import hosts_needed, plan_cases, run_case
+    from emulator.launch import emulated_view
+    from emulator.network import Emulation
+    from emulator.runner import warm_tcp
+
+    cases = plan_cases(topo, topo.name) if with_plans else []
+    hosts = max([HOSTS_NEEDED] + ([hosts_needed(cases)] if cases else []))
+    net = NetConfig(**{**asdict(net), "hosts_per_cluster": hosts})
+    cal_path = out / f"calibration-{topo.name}.json"
+    with Emulation(topo, net, log=log) as emu:
+        mechanism = emu.mechanism
+        warm_tcp(emu)
+        t0 = time.monotonic()
+        records = run_microbench(emu, topo, bench_tests(topo, samples=samples), emulated_view(topo, net),
+                                 out_dir=out / f"bench-{topo.name}", log=log)
+        _append(out / "microbench.jsonl", records)
+        log(f"{topo.name}: microbenchmarks done in {time.monotonic() - t0:.0f} s")
+        fits = fit_records(records, source=f"{out}/microbench.jsonl")
+        cal_path.write_text(json.dumps(calibration_json(fits, scale=net.scale, fitted_from=f"{out}/microbench.jsonl"),
+                                       indent=1) + "\n")
+        calibration = load_calibration(cal_path)
+        cfg = RunConfig(**{**run_cfg.__dict__, "net": net})
+        (out / "timelines").mkdir(exist_ok=True)
+        for case in cases:
+            record, timeline = run_case(emu, topo, case, cfg, calibration, out_dir=out / "plans", log=log)
+            _append(out / "plans.jsonl", [record])
+            if timeline is not None:
+                (out / "timelines" / f"{case.plan_id}.json").write_text(json.dumps(timeline) + "\n")
+    return cal_path, mechanism
+
+
+def main(args: argparse.Namespace) -> int:
+    paths = [resolve_topology(p) for p in (args.topology or [DEFAULT_TOPOLOGY])]
+    topos = [load_topology(p) for p in paths]  # bad inputs fail here, before root
+    names = [t.name for t in topos]
+    if len(set(names)) != len(names):
+        raise EmulatorError(f"--topology: two files have the same name field ({', '.join(names)}); "
+                            "calibration files are named after it")
+    if args.samples < 1:
+        raise EmulatorError(f"--samples must be >= 1 (got {args.samples})")
+    net = NetConfig(hosts_per_cluster=max(2, args.hosts_per_cluster), scale=args.scale,
+                    intra_cap_mbps=args.intra_cap_mbps, delay=args.delay)
+    try:
+        run_cfg = RunConfig(iterations=args.iterations, warmup=args.warmup, time_scale=1.0, net=net)
+    except ValueError as exc:
+        raise EmulatorError(f"calibrate: {exc}") from None
+    require_root()
+    out = Path(args.out or f"runs/calibrate-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("microbench.jsonl", "plans.jsonl"):
+        (out / name).unlink(missing_ok=True)
+    log = lambda msg: print(f"[calibrate] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    (out / "config.json").write_text(json.dumps(
+        {"topologies": [t.source for t in topos], "scale": net.scale, "net": asdict(net), "compute": "emulated",
+         "iterations": run_cfg.iterations, "warmup": run_cfg.warmup, "samples": args.samples,
+         "plans": not args.no_plans, "started": dt.datetime.now().isoformat(timespec="seconds")}, indent=1) + "\n")
+    t0 = time.monotonic()
+    cal_paths = []
+    try:
+        for topo in topos:
+            path, mechanism = calibrate_topology(topo, net, run_cfg, samples=args.samples,
+                                                 with_plans=not args.no_plans, out=out, log=log)
+            cal_paths.append(path)
+            config = json.loads((out / "config.json").read_text())
+            (out / "config.json").write_text(json.dumps({**config, "mechanism": mechanism}, indent=1) + "\n")
+    finally:
+        from emulator.calibrate.report import mape_summary, write_report
+
+        if (out / "microbench.jsonl").exists():
+            report = write_report(out)
+            log(f"report: {report} ({time.monotonic() - t0:.0f} s in all)")
+    summary = mape_summary(out)
+    if args.json:
+        plans = [json.loads(l) for l in (out / "plans.jsonl").read_text().splitlines()] \
+            if (out / "plans.jsonl").exists() else []
+        json.dump({"summary": summary, "calibration": [str(p) for p in cal_paths], "report": str(out / "report.md"),
+                   "plans": plans, "out": str(out)}, sys.stdout, indent=1)
+        print()
+    else:
+        print(summary)
+        print("calibration: " + ", ".join(str(p) for p in cal_paths))
+        print(f"report: {out / 'report.md'}")
+    return 0
+

@@ -1,0 +1,43 @@
+"""``emulator calibrate`` on a real two-cluster network: the fitted WAN bandwidth matches the shaped one."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from emulator.tolerance import bandwidth_ok
+from spiderflow.costmodel import load_calibration
+
+from .conftest import REPO
+
+TOPOLOGY = """\
+name: two
+clusters:
+  - {name: east, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
+  - {name: west, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
+links:
+  - {a: east, b: west, bandwidth_gbps: 1.0, latency_ms: 10}
+"""
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_calibrate_fits_the_configured_bandwidth(tmp_path, state_dir, assert_no_leak):
+    (tmp_path / "two.yaml").write_text(TOPOLOGY)
+    out = tmp_path / "cal"
+    done = subprocess.run([sys.executable, "-m", "emulator", "calibrate", "--topology", str(tmp_path / "two.yaml"),
+                           "--no-plans", "--samples", "2", "--out", str(out), "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    cal = load_calibration(summary["calibration"][0])
+    wan = cal.path("east", "west")
+    assert wan is not None
+    assert bandwidth_ok(1000.0, wan.beta_gbps * 1000), wan  # within 10% of the configured 1 Gbit/s
+    assert 0.010 <= wan.alpha_s <= 0.030, wan  # one-way 10 ms plus per-message overhead
+    assert set(cal.intra) == {"east", "west"}
+    records = [json.loads(l) for l in (out / "microbench.jsonl").read_text().splitlines()]
+    assert {r["op"] for r in records} == {"p2p", "all_reduce", "all_gather", "reduce_scatter"}
+    assert (out / "report.md").read_text().count("MAPE") >= 1
+    assert_no_leak()
