@@ -167,7 +167,6 @@ class StageProxy:
 
         self.shape, self.recompute = shape, recompute
         self._torch, self._sdpa, self._gelu = torch, nn.functional.scaled_dot_product_attention, nn.functional.gelu
-        torch.set_flush_denormal(True)  # accumulated tiny gradients must not fall onto the slow denormal path
         torch.manual_seed(seed)
         h = shape.hidden
         self.blocks = nn.ModuleList(

@@ -234,6 +234,9 @@ def run(spec: RankSpec) -> int:
     _tight_timers()
     proxy = None
     if spec.compute == "real":  # built (and run once) before the start barrier: not measured
+        # process-wide, so set here in the rank's own process: accumulated tiny gradients must not
+        # fall onto the slow denormal path
+        torch.set_flush_denormal(True)
         proxy = StageProxy(ProxyShape(**spec.proxy), recompute=spec.recompute, seed=spec.rank)
         proxy.warm_up()
     dist.init_process_group(spec.backend, init_method=f"tcp://{spec.master_addr}:{spec.master_port}",
