@@ -38,6 +38,7 @@ then exits with status 3 and the reason on its last JSON line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -112,6 +113,25 @@ def rank_env(interface: str, host_id: str, backend: str) -> dict[str, str]:
     if backend == "nccl":
         env.update(nccl_env(interface, host_id))
     return env
+
+
+@contextlib.contextmanager
+def process_group(dist, backend: str, *, master: str, rank: int, world_size: int, timeout_s: float):
+    """Join the job's process group (``master`` is ``addr:port``); leave it on the way out, best effort."""
+    dist.init_process_group(backend, init_method=f"tcp://{master}", rank=rank, world_size=world_size,
+                            timeout=dt.timedelta(seconds=timeout_s))
+    try:
+        yield
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A gloo error (timeout, dead peer) as one line for a rank's ``failed`` JSON line."""
+    return str(exc).splitlines()[0][:300]
 
 
 class Log:
@@ -239,9 +259,12 @@ def run(spec: RankSpec) -> int:
         torch.set_flush_denormal(True)
         proxy = StageProxy(ProxyShape(**spec.proxy), recompute=spec.recompute, seed=spec.rank)
         proxy.warm_up()
-    dist.init_process_group(spec.backend, init_method=f"tcp://{spec.master_addr}:{spec.master_port}",
-                            rank=spec.rank, world_size=spec.world_size,
-                            timeout=dt.timedelta(seconds=spec.timeout_s))
+    with process_group(dist, spec.backend, master=f"{spec.master_addr}:{spec.master_port}", rank=spec.rank,
+                       world_size=spec.world_size, timeout_s=spec.timeout_s):
+        return _run_schedule(spec, log, proxy, torch, dist)
+
+
+def _run_schedule(spec: RankSpec, log: Log, proxy, torch, dist) -> int:
     try:
         groups = _groups(spec, dist)
         n_next = max(1, spec.activation_bytes // FLOAT_BYTES)
@@ -300,13 +323,8 @@ def run(spec: RankSpec) -> int:
         log.write(event="done", wall=time.time())
         return 0
     except RuntimeError as exc:  # gloo timeouts and peer failures surface as RuntimeError
-        log.write(event="failed", reason=str(exc).splitlines()[0][:300])
+        log.write(event="failed", reason=failure_reason(exc))
         return 3
-    finally:
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass
 
 
 def main(argv: list[str] | None = None) -> int:

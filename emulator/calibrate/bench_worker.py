@@ -27,13 +27,13 @@ emulation's scale, as the shaped bandwidths are.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
 import time
 from pathlib import Path
 
 from emulator.collectives import ring_all_reduce
+from emulator.worker import failure_reason, process_group
 
 FLOAT_BYTES = 4
 
@@ -88,9 +88,12 @@ def run(spec: dict) -> int:
     torch.set_num_threads(1)
     me, scale = spec["rank"], spec["scale"]
     out = open(spec["out"], "a", buffering=1)
-    dist.init_process_group("gloo", init_method=f"tcp://{spec['master_addr']}:{spec['master_port']}",
-                            rank=me, world_size=spec["world_size"],
-                            timeout=dt.timedelta(seconds=spec["timeout_s"]))
+    with process_group(dist, "gloo", master=f"{spec['master_addr']}:{spec['master_port']}", rank=me,
+                       world_size=spec["world_size"], timeout_s=spec["timeout_s"]):
+        return _run_tests(spec, me, scale, out, torch, dist)
+
+
+def _run_tests(spec: dict, me: int, scale: float, out, torch, dist) -> int:
     try:
         # every rank creates every group, in test order (torch.distributed requires it)
         groups = [dist.new_group(sorted(t["ranks"])) for t in spec["tests"]]
@@ -111,13 +114,8 @@ def run(spec: dict) -> int:
         out.write(json.dumps({"event": "done", "rank": me}) + "\n")
         return 0
     except RuntimeError as exc:  # gloo timeouts and peer failures
-        out.write(json.dumps({"event": "failed", "rank": me, "reason": str(exc).splitlines()[0][:300]}) + "\n")
+        out.write(json.dumps({"event": "failed", "rank": me, "reason": failure_reason(exc)}) + "\n")
         return 3
-    finally:
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass
 
 
 def main(argv: list[str] | None = None) -> int:

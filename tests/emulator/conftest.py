@@ -42,6 +42,17 @@ links:
 """
 
 
+# Two clusters on a 1 Gbit/s, 10 ms link: the end-to-end root tests (run, calibrate) use it.
+TWO_CLUSTER_1G_YAML = """\
+name: two
+clusters:
+  - {name: east, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
+  - {name: west, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
+links:
+  - {a: east, b: west, bandwidth_gbps: 1.0, latency_ms: 10}
+"""
+
+
 def _root_lines(argv):
     done = subprocess.run(argv, capture_output=True, text=True)
     return frozenset(done.stdout.splitlines())

@@ -9,16 +9,9 @@ import pytest
 from emulator.tolerance import bandwidth_ok
 from spiderflow.costmodel import load_calibration
 
-from .conftest import REPO
+from .conftest import REPO, TWO_CLUSTER_1G_YAML
 
-TOPOLOGY = """\
-name: two
-clusters:
-  - {name: east, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
-  - {name: west, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
-links:
-  - {a: east, b: west, bandwidth_gbps: 1.0, latency_ms: 10}
-"""
+TOPOLOGY = TWO_CLUSTER_1G_YAML
 
 
 @pytest.mark.root

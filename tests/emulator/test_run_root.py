@@ -17,17 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import TWO_CLUSTER_1G_YAML
+
 REPO = Path(__file__).resolve().parents[2]
 ERROR_BOUND_PCT = 35.0
 
-TOPOLOGY = """\
-name: two
-clusters:
-  - {name: east, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
-  - {name: west, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
-links:
-  - {a: east, b: west, bandwidth_gbps: 1.0, latency_ms: 10}
-"""
+TOPOLOGY = TWO_CLUSTER_1G_YAML
 # SpinSearch puts "wan" on east:8 + west:4 (3 ranks, a pipeline boundary on the WAN) and
 # "local" on west:4 (1 rank); both run at once.
 TRACE = """\
