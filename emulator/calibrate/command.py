@@ -67,7 +67,7 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
     from emulator.runner import warm_tcp
 
     cases = plan_cases(topo, topo.name) if with_plans else []
-    hosts = max([HOSTS_NEEDED] + ([hosts_needed(cases)] if cases else []))
+    hosts = max([net.hosts_per_cluster, HOSTS_NEEDED] + ([hosts_needed(cases)] if cases else []))
     net = NetConfig(**{**asdict(net), "hosts_per_cluster": hosts})
     cal_path = out / f"calibration-{topo.name}.json"
     with Emulation(topo, net, log=log) as emu:
@@ -101,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
                             "calibration files are named after it")
     if args.samples < 1:
         raise EmulatorError(f"--samples must be >= 1 (got {args.samples})")
-    net = NetConfig(hosts_per_cluster=max(2, args.hosts_per_cluster), scale=args.scale,
+    net = NetConfig(hosts_per_cluster=args.hosts_per_cluster, scale=args.scale,
                     intra_cap_mbps=args.intra_cap_mbps, delay=args.delay)
     try:
         run_cfg = RunConfig(iterations=args.iterations, warmup=args.warmup, time_scale=1.0, net=net)
