@@ -20,6 +20,14 @@ machine's clock, so the orchestrator can combine them):
   the call. The orchestrator takes ``max(t_end) - max(t_start)``: from the last
   rank's arrival to the last rank's finish.
 
+Sizes run largest first. A training job's connections carry a stream of
+messages, so TCP's congestion and receive windows are open when a message
+starts; smallest first would time each mid-size message while its own bytes
+still grow those windows (up to 40% over ``alpha + n / beta`` on long-RTT
+paths), and the fitted alpha would absorb it. The largest size's warm-up
+repetition opens the windows; the emulator keeps them open across idle gaps
+(``tcp_slow_start_after_idle=0``, :func:`emulator.runner.warm_tcp`).
+
 Tensors are float32 of ``bytes / scale / 4`` elements (at least one): the
 sizes in the spec are real-equivalent, the wire carries them divided by the
 emulation's scale, as the shaped bandwidths are.
@@ -102,7 +110,7 @@ def _run_tests(spec: dict, me: int, scale: float, out, torch, dist) -> int:
             if me not in test["ranks"]:
                 continue
             p = 1 if test["op"] == "p2p" else len(test["ranks"])
-            for size in test["sizes"]:
+            for size in sorted(test["sizes"], reverse=True):  # largest first: see the module docstring
                 n = elements(size, scale, p)
                 reps = test["warmup"] + (test["samples_large"] if size >= test["large_bytes"] else test["samples"])
                 for rep in range(reps):

@@ -186,19 +186,20 @@ def fit_compute(records: list[dict]) -> dict[str, float]:
 
 
 NOTES = ("Fitted by emulator.calibrate.fit from microbenchmarks over the emulated network: "
-         "alpha_s = per-message latency (one-way delay + overhead), beta_gbps = bandwidth in "
-         "real-equivalent Gbit/s (bytes before the emulator's scale factor), r2 on times; "
+         "alpha_s = per-message latency (one-way delay + overhead; rings: per ring step), "
+         "beta_gbps = bandwidth (rings: per hop, both directions loaded) in real-equivalent "
+         "Gbit/s (bytes before the emulator's scale factor), r2 on times; "
          "least squares weighted by 1/t, alpha clamped at >= 0.")
 
 
-def _entries(fits: list[dict], scope: str) -> dict[str, dict]:
+def _entries(fits: list[dict], op: str, scope: str) -> dict[str, dict]:
     out: dict[str, dict] = {}
     seen: dict[str, str] = {}
     for f in fits:
-        if f["op"] != "p2p" or f["scope"] != scope or f.get("error") or f.get("beta_gbps") is None:
+        if f["op"] != op or f["scope"] != scope or f.get("error") or f.get("beta_gbps") is None:
             continue
         if f["name"] in out:
-            raise ValueError(f"{scope} p2p {f['name']} was fitted in {seen[f['name']]} and in "
+            raise ValueError(f"{scope} {op} {f['name']} was fitted in {seen[f['name']]} and in "
                              f"{f['topology']}; a calibration file describes one network: pass the "
                              "fits of one topology")
         seen[f["name"]] = f["topology"]
@@ -208,9 +209,11 @@ def _entries(fits: list[dict], scope: str) -> dict[str, dict]:
 
 def calibration_json(fits: list[dict], *, scale: float, fitted_from: str,
                      compute: dict[str, float] | None = None) -> dict:
-    """The calibration file (spiderflow.costmodel.calibration) of p2p fits and compute efficiencies."""
-    return {"paths": _entries(fits, "wan"),
-            "intra": _entries(fits, "intra"),
+    """The calibration file (spiderflow.costmodel.calibration): p2p fits per path and per cluster,
+    two-cluster ring all-reduce fits (per-step alpha, per-hop beta) per pair, compute efficiencies."""
+    return {"paths": _entries(fits, "p2p", "wan"),
+            "intra": _entries(fits, "p2p", "intra"),
+            "rings": _entries(fits, "all_reduce", "pair"),
             "gpu_efficiency": {device: min(1.0, e) for device, e in (compute or {}).items()},
             "per_message_overhead_s": 0.0,  # the fitted alpha already contains it
             "scale": scale,

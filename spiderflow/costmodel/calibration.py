@@ -6,12 +6,17 @@ scale factor)::
     {
       "paths": {"oregon->virginia": {"alpha_s": 0.0341, "beta_gbps": 0.77}, ...},
       "intra": {"oregon": {"alpha_s": 1e-5, "beta_gbps": 180.0}, ...},
+      "rings": {"london+virginia": {"alpha_s": 0.039, "beta_gbps": 1.09}, ...},
       "gpu_efficiency": {"a100-80gb": 0.41, ...},
       "per_message_overhead_s": 0.0002
     }
 
 Every section is optional. A path entry applies to both directions unless the
-reverse direction has its own entry.
+reverse direction has its own entry. A ring entry (clusters joined by ``+``,
+any order) is a measured ring all-reduce over exactly those clusters: alpha
+per ring step, beta per hop; it replaces the ring the path entries would
+make (a two-cluster ring loads both directions of its path at once, which a
+one-way path measurement does not see).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class AlphaBeta:
 class Calibration:
     paths: dict[tuple[str, str], AlphaBeta] = field(default_factory=dict)
     intra: dict[str, AlphaBeta] = field(default_factory=dict)
+    rings: dict[tuple[str, ...], AlphaBeta] = field(default_factory=dict)  # key: sorted cluster names
     gpu_efficiency: dict[str, float] = field(default_factory=dict)
     per_message_overhead_s: float = 0.0
     source: str = "<none>"
@@ -42,9 +48,12 @@ class Calibration:
     def path(self, a: str, b: str) -> AlphaBeta | None:
         return self.paths.get((a, b)) or self.paths.get((b, a))
 
+    def ring(self, clusters) -> AlphaBeta | None:
+        return self.rings.get(tuple(sorted(clusters)))
+
 
 NO_CALIBRATION = Calibration()
-_KEYS = {"paths", "intra", "gpu_efficiency", "per_message_overhead_s", "scale", "fitted_from", "notes"}
+_KEYS = {"paths", "intra", "rings", "gpu_efficiency", "per_message_overhead_s", "scale", "fitted_from", "notes"}
 
 
 def _positive(source: str, field_path: str, value, *, allow_zero: bool = False) -> float:
@@ -83,6 +92,12 @@ def load_calibration(path: str | Path) -> Calibration:
             raise ConfigError(f"{source}: paths.{key} must be named 'a->b'")
         paths[(ends[0], ends[1])] = _alpha_beta(source, f"paths.{key}", raw)
     intra = {name: _alpha_beta(source, f"intra.{name}", raw) for name, raw in (data.get("intra") or {}).items()}
+    rings = {}
+    for key, raw in (data.get("rings") or {}).items():
+        names = key.split("+")
+        if len(names) < 2 or not all(names) or len(set(names)) != len(names):
+            raise ConfigError(f"{source}: rings.{key} must name two or more distinct clusters joined by '+'")
+        rings[tuple(sorted(names))] = _alpha_beta(source, f"rings.{key}", raw)
     eff = {}
     for gpu, value in (data.get("gpu_efficiency") or {}).items():
         if gpu not in GPUS:
@@ -92,5 +107,5 @@ def load_calibration(path: str | Path) -> Calibration:
             raise ConfigError(f"{source}: gpu_efficiency.{gpu} must be <= 1 (got {value!r})")
     overhead = _positive(source, "per_message_overhead_s", data.get("per_message_overhead_s", 0.0),
                          allow_zero=True)
-    return Calibration(paths=paths, intra=intra, gpu_efficiency=eff, per_message_overhead_s=overhead,
+    return Calibration(paths=paths, intra=intra, rings=rings, gpu_efficiency=eff, per_message_overhead_s=overhead,
                        source=source)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spiderflow.costmodel.calibration import NO_CALIBRATION, Calibration
 from spiderflow.topology import Topology
@@ -83,7 +83,8 @@ class TopologyView:
         """One ring over ``clusters`` (in order): per-step alpha and the ring's bottleneck rate.
 
         With ``shares_links`` a physical link carrying k ring hops in the same
-        direction gives each hop 1/k of its (shared) capacity.
+        direction gives each hop 1/k of its (shared) capacity. A calibration's
+        ``rings`` entry for exactly these clusters replaces what the paths give.
         """
         key = ("ring", *clusters)
         if key not in self._memo:
@@ -91,6 +92,19 @@ class TopologyView:
         return self._memo[key]
 
     def _ring(self, clusters: tuple[str, ...]) -> Channel:
+        chan = self._ring_of_paths(clusters)
+        cal = self.calibration.ring(clusters)
+        if cal is None:
+            return chan
+        # A measured ring replaces the paths' alpha and beta. Other jobs' load scales it as it scales
+        # the ring of paths: by the ratio of that ring loaded to the same ring unloaded.
+        share = 1.0
+        if self.link_load or self.link_gbps:
+            unloaded = replace(self, link_load={}, link_gbps={}, _memo={})._ring_of_paths(clusters)
+            share = min(1.0, chan.bytes_per_s / unloaded.bytes_per_s)
+        return Channel(cal.alpha_s + self.calibration.per_message_overhead_s, cal.beta_gbps * GBPS * share)
+
+    def _ring_of_paths(self, clusters: tuple[str, ...]) -> Channel:
         n = len(clusters)
         hops = [(clusters[i], clusters[(i + 1) % n]) for i in range(n)]
         if not self.shares_links:

@@ -20,6 +20,9 @@ def test_tests_cover_every_pair_every_cluster_and_the_collectives():
     assert {"oregon->london", "virginia->tokyo"} <= {t["name"] for t in wan}
     intra = [t for t in tests if t["op"] == "p2p" and t["scope"] == "intra"]
     assert [t["ranks"] for t in intra] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    pairs = [t for t in tests if t["scope"] == "pair"]  # a two-member ring all-reduce per pair, to full size
+    assert [t["name"] for t in pairs] == [t["name"].replace("->", "+") for t in wan]
+    assert all(t["op"] == "all_reduce" and len(t["ranks"]) == 2 and max(t["sizes"]) == MAX_BYTES for t in pairs)
     cross = [t for t in tests if t["scope"] == "cross"]
     assert sorted(t["op"] for t in cross) == ["all_gather", "all_reduce", "reduce_scatter"]
     assert all(t["ranks"] == [0, 2, 4, 6] and max(t["sizes"]) == CROSS_MAX_BYTES for t in cross)

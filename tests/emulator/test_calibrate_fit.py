@@ -152,12 +152,18 @@ def test_calibration_json_loads_and_a_wan_fit_becomes_a_path(tmp_path):
     fits = fit_records(p2p_records("oregon->virginia", 0.035, 0.77)
                        + p2p_records("oregon", 3e-4, 9.2, scope="intra")
                        + [record("oregon+virginia", n, 0.1 + n / (0.7 * GBPS), op="all_reduce", scope="cross",
-                                 ranks=2) for n in SIZES[:4]])
+                                 ranks=2) for n in SIZES[:4]]
+                       + [record("oregon+virginia", n, 2 * 0.04 + n / (0.72 * GBPS), op="all_reduce", scope="pair",
+                                 ranks=2) for n in SIZES[:5]])
     data = calibration_json(fits, scale=10.0, fitted_from="runs/x", compute={"a100-80gb": 1.3, "v100": 0.4})
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(data))
     cal = load_calibration(path)
-    assert set(cal.paths) == {("oregon", "virginia")}  # the collective is not a path
+    assert set(cal.paths) == {("oregon", "virginia")}  # the collectives are not paths
+    # the two-cluster ring becomes a ring entry (per-step alpha, per-hop beta); the all-cluster one does not
+    assert set(cal.rings) == {("oregon", "virginia")}
+    ring = cal.ring(["virginia", "oregon"])
+    assert ring.alpha_s == pytest.approx(0.04) and ring.beta_gbps == pytest.approx(0.72)
     ab = cal.path("virginia", "oregon")  # one entry serves both directions
     assert ab.alpha_s == pytest.approx(0.035) and ab.beta_gbps == pytest.approx(0.77)
     assert cal.intra["oregon"].beta_gbps == pytest.approx(9.2)

@@ -30,6 +30,8 @@ def test_calibrate_fits_the_configured_bandwidth(tmp_path, state_dir, assert_no_
     assert bandwidth_ok(1000.0, wan.beta_gbps * 1000), wan  # within 10% of the configured 1 Gbit/s
     assert 0.010 <= wan.alpha_s <= 0.030, wan  # one-way 10 ms plus per-message overhead
     assert set(cal.intra) == {"east", "west"}
+    ring = cal.ring(["west", "east"])  # the two-cluster ring all-reduce: both directions loaded at once
+    assert ring is not None and bandwidth_ok(1000.0, ring.beta_gbps * 1000), ring
     records = [json.loads(l) for l in (out / "microbench.jsonl").read_text().splitlines()]
     assert {r["op"] for r in records} == {"p2p", "all_reduce", "all_gather", "reduce_scatter"}
     assert (out / "report.md").read_text().count("MAPE") >= 1

@@ -1,9 +1,11 @@
 """Cost-model formulas against hand-computed small cases, and properties."""
 
+import re
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spiderflow.costmodel import TopologyView, predict
+from spiderflow.costmodel import AlphaBeta, Calibration, TopologyView, predict
 from spiderflow.costmodel.memory import GB, stage_memory
 from spiderflow.costmodel.network import Channel
 from spiderflow.costmodel.schedule import simulate_1f1b, estimate_1f1b, one_f_one_b_order
@@ -52,6 +54,21 @@ def test_ring_over_shared_link_halves_rate_only_in_topology_view():
     assert TopologyView(topology=line4).ring(["a", "c", "b", "d"]).bytes_per_s == pytest.approx(0.625e8)
     from spiderflow.costmodel import MatrixView
     assert MatrixView(line4).ring(["a", "c", "b", "d"]).bytes_per_s == pytest.approx(1.25e8)
+
+
+def test_calibrated_ring_replaces_the_paths_and_keeps_the_load_share():
+    topo = line_topology(bw=(1.0, 2.0), lat=(10.0, 20.0))
+    cal = Calibration(rings={("a", "b"): AlphaBeta(alpha_s=0.012, beta_gbps=0.9)})
+    view = TopologyView(topology=topo, calibration=cal)
+    ring = view.ring(["b", "a"])  # any order names the same two-cluster ring
+    assert ring.alpha_s == pytest.approx(0.012) and ring.bytes_per_s == pytest.approx(0.9 * 1.25e8)
+    # a ring with no entry keeps the paths' figures (b - c: 20 ms, 2 Gbit/s)
+    assert view.ring(["b", "c"]) == TopologyView(topology=topo).ring(["b", "c"])
+    # one competing flow on a - b halves the ring, as it halves the paths
+    loaded = TopologyView(topology=topo, calibration=cal, link_load={("a", "b"): 1, ("b", "a"): 1})
+    assert loaded.ring(["a", "b"]).bytes_per_s == pytest.approx(0.45 * 1.25e8)
+    # the ring all-reduce a data-parallel sync over {a, b} pays: 2 steps of (alpha + n/2 / beta)
+    assert ring_allreduce_s(1e9, 2, ring) == pytest.approx(2 * 0.012 + 1e9 / (0.9 * 1.25e8))
 
 
 def test_gpt3_125m_layer_flops_hand_case():
@@ -183,3 +200,15 @@ def test_cross_cluster_sync_carries_every_tp_shard():
         # ring a->c->a: alpha 30 ms per step, 2 steps; 2(N-1)/N = 1; 1 Gbit/s = 1.25e8 B/s
         assert wan == pytest.approx(2 * 0.030 + grads / 1.25e8)
         assert ring == ("a", "c") and intra == 0.0
+
+
+@pytest.mark.parametrize("key", ["a", "a+", "a+a"])
+def test_calibration_ring_names_two_distinct_clusters(tmp_path, key):
+    from spiderflow.costmodel import load_calibration
+    from spiderflow.errors import ConfigError
+    path = tmp_path / "cal.json"
+    path.write_text(f'{{"rings": {{"{key}": {{"alpha_s": 0.01, "beta_gbps": 1.0}}}}}}')
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: rings.{re.escape(key)} must name two or more distinct clusters"):
+        load_calibration(path)
+    path.write_text('{"rings": {"b+a": {"alpha_s": 0.01, "beta_gbps": 1.0, "r2": 0.99}}}')
+    assert load_calibration(path).ring(["a", "b"]) == AlphaBeta(alpha_s=0.01, beta_gbps=1.0)
