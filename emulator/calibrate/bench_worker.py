@@ -7,6 +7,8 @@ in, and for each size, it runs ``warmup + samples`` repetitions and writes one
 JSON line per repetition with CLOCK_MONOTONIC times (all ranks share the
 machine's clock, so the orchestrator can combine them):
 
+Tests run one at a time: every rank meets at a world barrier before each.
+
 - ``p2p``: the receiver posts its ``irecv`` first, the pair meets at a
   barrier, then the sender stamps ``t_start`` and sends; the receiver stamps
   ``t_end`` when the message is in. ``t_end - t_start`` is a one-way transfer
@@ -107,6 +109,10 @@ def _run_tests(spec: dict, me: int, scale: float, out, torch, dist) -> int:
         groups = [dist.new_group(sorted(t["ranks"])) for t in spec["tests"]]
         dist.barrier()
         for test, group in zip(spec["tests"], groups):
+            # one test at a time: ranks outside a test would otherwise start the next disjoint one,
+            # whose flows share routes (and the machine's cores) with it (paper8: a 1.15 Gbit/s path
+            # fitted at 0.67)
+            dist.barrier()
             if me not in test["ranks"]:
                 continue
             p = 1 if test["op"] == "p2p" else len(test["ranks"])

@@ -172,7 +172,11 @@ def _collectives_section(fits: list[dict], groups: dict, many: bool) -> list[str
         return out + ["No collective measurements with 2 or more sizes.", ""]
     out += ["Effective ring parameters, latency = alpha per step and bandwidth = beta per link, from "
             "`t = steps * alpha + busfactor * n / beta` (all_reduce: steps 2(p-1), busfactor 2(p-1)/p; "
-            "all_gather, reduce_scatter: (p-1) and (p-1)/p).", ""]
+            "all_gather, reduce_scatter: (p-1) and (p-1)/p). The `pair` rings (all-reduce over two "
+            "clusters, both directions of the path loaded) go into the calibration file's `rings`: "
+            "the cost model's data-parallel sync over those two clusters uses them. A per-step latency "
+            "near 1.5x the one-way delay is gloo's rendezvous: the first send waits for the peer's "
+            "ready message, so a two-step ring pays three one-way delays.", ""]
     out += _table(["op", "clusters", "scope", "ranks", *_PARAM_HEADER], [
         [f["op"], _label(f, many), f["scope"], f["ranks"], *_param_cells(f)] for f in coll])
     return out + [line for f in coll if not f["error"] for line in _size_details(f, groups)]
