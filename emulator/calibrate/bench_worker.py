@@ -7,8 +7,6 @@ in, and for each size, it runs ``warmup + samples`` repetitions and writes one
 JSON line per repetition with CLOCK_MONOTONIC times (all ranks share the
 machine's clock, so the orchestrator can combine them):
 
-Tests run one at a time: every rank meets at a world barrier before each.
-
 - ``p2p``: the receiver posts its ``irecv`` first, the pair meets at a
   barrier, then the sender stamps ``t_start`` and sends; the receiver stamps
   ``t_end`` when the message is in. ``t_end - t_start`` is a one-way transfer
@@ -22,6 +20,7 @@ Tests run one at a time: every rank meets at a world barrier before each.
   the call. The orchestrator takes ``max(t_end) - max(t_start)``: from the last
   rank's arrival to the last rank's finish.
 
+Tests run one at a time: every rank meets at a world barrier before each.
 Sizes run largest first. A training job's connections carry a stream of
 messages, so TCP's congestion and receive windows are open when a message
 starts; smallest first would time each mid-size message while its own bytes
