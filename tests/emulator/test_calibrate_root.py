@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from emulator.tolerance import bandwidth_ok
+from emulator.tolerance import bandwidth_ok, delay_ok
 from spiderflow.costmodel import load_calibration
 
 from .conftest import REPO, TWO_CLUSTER_1G_YAML
@@ -28,7 +28,9 @@ def test_calibrate_fits_the_configured_bandwidth(tmp_path, state_dir, assert_no_
     wan = cal.path("east", "west")
     assert wan is not None
     assert bandwidth_ok(1000.0, wan.beta_gbps * 1000), wan  # within 10% of the configured 1 Gbit/s
-    assert 0.010 <= wan.alpha_s <= 0.030, wan  # one-way 10 ms plus per-message overhead
+    # one-way 10 ms, within the shared delay tolerance: with open TCP windows the fitted intercept may sit a
+    # little under the delay (htb lets the first burst through at veth speed)
+    assert delay_ok(10.0, wan.alpha_s * 1e3), wan
     assert set(cal.intra) == {"east", "west"}
     ring = cal.ring(["west", "east"])  # the two-cluster ring all-reduce: both directions loaded at once
     assert ring is not None and bandwidth_ok(1000.0, ring.beta_gbps * 1000), ring
