@@ -73,12 +73,11 @@ def bench_tests(topology: Topology, *, samples: int = 3, warmup: int = 1, sample
         tests.append({"id": len(tests), "op": op, "scope": scope, "name": name, "clusters": clusters,
                       "ranks": ranks, "sizes": _sizes(limit), **common})
 
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            add("p2p", "wan", f"{a}->{b}", [a, b], [h0[a], h0[b]], max_bytes)
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            add("all_reduce", "pair", f"{a}+{b}", [a, b], [h0[a], h0[b]], max_bytes)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    for a, b in pairs:
+        add("p2p", "wan", f"{a}->{b}", [a, b], [h0[a], h0[b]], max_bytes)
+    for a, b in pairs:
+        add("all_reduce", "pair", f"{a}+{b}", [a, b], [h0[a], h0[b]], max_bytes)
     for c in names:
         add("p2p", "intra", c, [c], [h0[c], h0[c] + 1], max_bytes)
     first = names[0]

@@ -5,11 +5,12 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spiderflow.costmodel import AlphaBeta, Calibration, TopologyView, predict
+from spiderflow.costmodel import AlphaBeta, Calibration, TopologyView, load_calibration, predict
 from spiderflow.costmodel.memory import GB, stage_memory
 from spiderflow.costmodel.network import Channel
 from spiderflow.costmodel.schedule import simulate_1f1b, estimate_1f1b, one_f_one_b_order
 from spiderflow.costmodel.stages import StageCost, ring_allreduce_s
+from spiderflow.errors import ConfigError
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import MODELS, Job
 
@@ -204,8 +205,6 @@ def test_cross_cluster_sync_carries_every_tp_shard():
 
 @pytest.mark.parametrize("key", ["a", "a+", "a+a"])
 def test_calibration_ring_names_two_distinct_clusters(tmp_path, key):
-    from spiderflow.costmodel import load_calibration
-    from spiderflow.errors import ConfigError
     path = tmp_path / "cal.json"
     path.write_text(f'{{"rings": {{"{key}": {{"alpha_s": 0.01, "beta_gbps": 1.0}}}}}}')
     with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: rings.{re.escape(key)} must name two or more distinct clusters"):
