@@ -52,6 +52,8 @@ SIZES_BYTES = tuple(4096 * 16 ** k for k in range(5))  # 4 KB, 64 KB, 1 MB, 16 M
 MAX_BYTES = 256 * 2 ** 20
 CROSS_MAX_BYTES = 16 * 2 ** 20
 LARGE_BYTES = 64 * 2 ** 20  # from this size on: fewer samples (each takes seconds over the WAN)
+STALL_S = 600.0  # no line from any rank for this long: a hung rank (one sample takes at most ~10 s)
+PROGRESS_EVERY_S = 60.0
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 BENCH_PORT = 29400
 HOSTS_NEEDED = 2
@@ -129,9 +131,32 @@ def combine(tests: list[dict], lines: list[dict], *, topology: str, view: Topolo
     return records
 
 
+def _progress(work: Path, ranks: int) -> tuple[int, int | None]:
+    """(bytes the ranks have written, highest test id any rank has stamped) from their JSON-line files."""
+    written, last = 0, None
+    for rank in range(ranks):
+        path = work / f"r{rank}.jsonl"
+        if not path.exists():
+            continue
+        text = path.read_text()
+        written += len(text)
+        for line in text.splitlines()[-1:]:
+            try:
+                tid = json.loads(line).get("test")
+            except ValueError:  # a line the rank is still writing
+                continue
+            if tid is not None:
+                last = tid if last is None else max(last, tid)
+    return written, last
+
+
 def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyView, *, out_dir: Path,
-                   timeout_s: float = 900.0, log: Callable[[str], None] = lambda _m: None) -> list[dict]:
-    """Run ``tests`` on two hosts of every cluster of ``emu``; return the combined records."""
+                   stall_s: float = STALL_S, log: Callable[[str], None] = lambda _m: None) -> list[dict]:
+    """Run ``tests`` on two hosts of every cluster of ``emu``; return the combined records.
+
+    No deadline for the whole run (it grows with the square of the cluster count: paper8's 70 tests
+    take about 20 minutes): it fails when no rank has written a line for ``stall_s``, which is also
+    each rank's torch.distributed timeout. Logs which test is running every ``PROGRESS_EVERY_S``."""
     work = Path(out_dir) / "bench"
     work.mkdir(parents=True, exist_ok=True)
     hosts = []
@@ -144,7 +169,7 @@ def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyVie
     procs = []
     for rank, host in enumerate(hosts):
         spec = {"rank": rank, "world_size": len(hosts), "master_addr": hosts[0].ip, "master_port": BENCH_PORT,
-                "scale": emu.scale, "timeout_s": timeout_s, "out": str(work / f"r{rank}.jsonl"), "tests": tests}
+                "scale": emu.scale, "timeout_s": stall_s, "out": str(work / f"r{rank}.jsonl"), "tests": tests}
         path = work / f"r{rank}.json"
         path.write_text(json.dumps(spec))
         env = {**os.environ, **rank_env(host.intf, host.name, "gloo"),
@@ -154,12 +179,24 @@ def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyVie
                                    env=env, role=f"bench/r{rank}", stdout=logfile, stderr=subprocess.STDOUT,
                                    cwd=str(repo)))
     log(f"microbenchmarks: {len(tests)} tests on {len(hosts)} ranks")
-    deadline = time.monotonic() + timeout_s
+    by_id = {t["id"]: t for t in tests}
+    t0 = time.monotonic()
+    seen, moved, logged, shown = 0, t0, t0, None
     while any(p.poll() is None for p in procs):
-        if time.monotonic() > deadline:
-            raise EmulatorError(f"microbenchmarks still running after {timeout_s:g} s; logs in {work}")
+        now = time.monotonic()
+        written, last = _progress(work, len(hosts))
+        if written != seen:
+            seen, moved = written, now
+        elif now - moved > stall_s:
+            raise EmulatorError(f"microbenchmarks made no progress for {stall_s:g} s "
+                                f"(last test started: {by_id[last]['name'] if last is not None else 'none'}); "
+                                f"logs in {work}")
+        if last is not None and last != shown and now - logged >= PROGRESS_EVERY_S:
+            log(f"microbenchmarks: test {last + 1}/{len(tests)} ({by_id[last]['op']} {by_id[last]['name']}), "
+                f"{now - t0:.0f} s")
+            shown, logged = last, now
         emu.check_daemons()
-        time.sleep(0.5)
+        time.sleep(1.0)
     lines = []
     for rank in range(len(hosts)):
         for text in (work / f"r{rank}.jsonl").read_text().splitlines():
