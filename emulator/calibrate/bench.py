@@ -42,6 +42,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from emulator.calibrate.fit import read_jsonl
 from emulator.errors import EmulatorError
 from emulator.worker import rank_env
 from spiderflow.costmodel import TopologyView
@@ -197,10 +198,7 @@ def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyVie
             shown, logged = last, now
         emu.check_daemons()
         time.sleep(1.0)
-    lines = []
-    for rank in range(len(hosts)):
-        for text in (work / f"r{rank}.jsonl").read_text().splitlines():
-            lines.append(json.loads(text))
+    lines = [line for rank in range(len(hosts)) for line in read_jsonl(work / f"r{rank}.jsonl")]
     bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
     if bad:
         reasons = [l.get("reason") for l in lines if l.get("event") == "failed"]

@@ -127,6 +127,7 @@ def main(args: argparse.Namespace) -> int:
             config = json.loads((out / "config.json").read_text())
             (out / "config.json").write_text(json.dumps({**config, "mechanism": mechanism}, indent=1) + "\n")
     finally:
+        from emulator.calibrate.fit import read_jsonl
         from emulator.calibrate.report import mape_summary, write_report
 
         if (out / "microbench.jsonl").exists():
@@ -134,8 +135,7 @@ def main(args: argparse.Namespace) -> int:
             log(f"report: {report} ({time.monotonic() - t0:.0f} s in all)")
     summary = mape_summary(out)
     if args.json:
-        plans = [json.loads(l) for l in (out / "plans.jsonl").read_text().splitlines()] \
-            if (out / "plans.jsonl").exists() else []
+        plans = read_jsonl(out / "plans.jsonl") if (out / "plans.jsonl").exists() else []
         json.dump({"summary": summary, "calibration": [str(p) for p in cal_paths], "report": str(out / "report.md"),
                    "plans": plans, "out": str(out)}, sys.stdout, indent=1)
         print()

@@ -78,7 +78,7 @@ def busbw_gbps(op: str, ranks: int, size_bytes: float, time_s: float) -> float:
 
 
 def _line(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
-    """(a, b) of ``t = a + n*b`` minimising sum((a + n*b - t)^2 / t), with a >= 0 (see FIT_WEIGHTING)."""
+    """(a, b) of ``t = a + n*b`` minimising sum((a + n*b - t)^2 / t), with a >= 0 (weighting: module docstring)."""
     w = np.sqrt(1.0 / times)
     design = np.column_stack([w, sizes * w])
     (a, b), *_ = np.linalg.lstsq(design, times * w, rcond=None)
