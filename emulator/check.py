@@ -10,12 +10,14 @@ stderr, the table (or ``--json``) to stdout.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 
 from emulator.capability import require_root
+from emulator.dilation import Choice, parse_dilation
 from emulator.measure import Result, measure_all
 from emulator.network import Emulation
 from emulator.plan import MECHANISMS, NetConfig
@@ -49,11 +51,19 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delay", choices=MECHANISMS, default=d.delay,
                         help="delay mechanism: netem if the kernel has it, else the NFQUEUE stage "
                              "on the gateways (default %(default)s)")
+    parser.add_argument("--dilation", type=parse_dilation, default="auto", metavar="K|auto",
+                        help="time dilation: wire rates / K, delays x K (and in run/calibrate compute x K, "
+                             "measured times / K); wall time grows K-fold. auto: see emulator/dilation.py "
+                             "(default %(default)s)")
 
 
-def network_config(args: argparse.Namespace) -> NetConfig:
+def network_config(args: argparse.Namespace, dilation: float | None = None) -> NetConfig:
+    """The NetConfig of the options; ``dilation`` replaces ``--dilation`` (which may be 'auto')."""
+    k = args.dilation if dilation is None else dilation
+    if k == "auto":
+        raise ValueError("resolve --dilation auto before building the NetConfig")
     return NetConfig(hosts_per_cluster=args.hosts_per_cluster, scale=args.scale,
-                     intra_cap_mbps=args.intra_cap_mbps, delay=args.delay)
+                     intra_cap_mbps=args.intra_cap_mbps, delay=args.delay, dilation=k)
 
 
 def resolve_topology(path: str) -> str:
@@ -64,19 +74,36 @@ def resolve_topology(path: str) -> str:
     return str(repo) if repo.exists() else path
 
 
+# Check has no ranks: what auto guards against (per-op costs of many ranks) is not there, and the
+# links measure within tolerance at K = 1 (README).
+CHECK_AUTO = Choice(dilation=1.0, reason="emulator check runs no ranks: its measurements need no dilation")
+
+
+def real_equivalent(r: Result, k: float) -> Result:
+    """A wire measurement in the topology's time: rates x K, delays / K (configured and measured)."""
+    t = r.target
+    target = dataclasses.replace(t, configured_mbps=t.configured_mbps * k, configured_delay_ms=t.configured_delay_ms / k)
+    return dataclasses.replace(r, target=target, measured_mbps=r.measured_mbps * k,
+                               measured_delay_ms=r.measured_delay_ms / k)
+
+
 def main(args: argparse.Namespace) -> int:
     topo = load_topology(resolve_topology(args.topology))  # bad files fail here, before root
-    config = network_config(args)
+    choice = CHECK_AUTO if args.dilation == "auto" else Choice(dilation=args.dilation, reason="--dilation")
+    config = network_config(args, choice.dilation)
     require_root()
     progress = lambda msg: print(f"[check] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    progress(f"dilation {config.dilation:g} ({choice.reason})")
     t0 = time.monotonic()
     with Emulation(topo, config, log=progress, trace=args.trace) as emu:
         mechanism = emu.mechanism
-        results = measure_all(emu, wan_seconds=args.seconds, progress=progress)
+        results = [real_equivalent(r, config.dilation)
+                   for r in measure_all(emu, wan_seconds=args.seconds, progress=progress)]
     ok = all(not problems_of(r) for r in results)
     progress(f"done in {time.monotonic() - t0:.0f} s")
     if args.json:
-        json.dump({"topology": topo.source, "scale": config.scale, "mechanism": mechanism,
+        json.dump({"topology": topo.source, "scale": config.scale, "dilation": config.dilation,
+                   "dilation_reason": choice.reason, "mechanism": mechanism,
                    "hosts_per_cluster": config.hosts_per_cluster, "intra_cap_mbps": config.intra_cap_mbps,
                    "tolerance": {"bandwidth_rel": BANDWIDTH_REL, "delay_abs_ms": DELAY_ABS_MS},
                    "links": [r.as_json() for r in results], "ok": ok}, sys.stdout, indent=1)
@@ -92,9 +119,12 @@ def problems_of(r: Result) -> list[str]:
 
 
 def format_table(source: str, config: NetConfig, mechanism: str, results: list[Result], ok: bool) -> str:
+    k = config.dilation
+    dilated = (f"; dilation {k:g}: wire rates / {k:g}, delays x {k:g}, shown here x {k:g} and / {k:g} "
+               "(real-equivalent)") if k != 1 else "; dilation 1"
     lines = [f"emulator check: {source}, {config.hosts_per_cluster} hosts per cluster, delay by {mechanism}",
              f"scale {config.scale:g}: wire bandwidth = topology bandwidth / {config.scale:g} "
-             f"(intra-cluster capped at {config.intra_cap_mbps:g} Mbit/s); delays unscaled",
+             f"(intra-cluster capped at {config.intra_cap_mbps:g} Mbit/s); delays unscaled{dilated}",
              "",
              f"{'link':<22} {'configured':>10} {'measured':>9} {'':>6}  {'configured':>10} {'measured':>9}  "
              f"{'mechanism':<24} {'ok'}",

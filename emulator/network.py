@@ -217,7 +217,7 @@ class Emulation:
         self._run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{self.run_id}-"))
         self._state = {"run_id": self.run_id, "owner_pid": os.getpid(), "topology": self.plan.topology,
                        "source": self.plan.source, "started": dt.datetime.now().isoformat(timespec="seconds"),
-                       "scale": self.scale, "mechanism": self.mechanism, "files": [str(self._run_dir)],
+                       "scale": self.scale, "dilation": self.config.dilation, "mechanism": self.mechanism, "files": [str(self._run_dir)],
                        "processes": [], "made": self._inventory()}
         self._store.write(self._state)
         for warning in self._rate_warnings():
@@ -250,7 +250,8 @@ class Emulation:
             self._start_delay_daemons()
         self.build_s = time.monotonic() - t0
         self.log(f"network up: {len(self.plan.clusters)} clusters x {self.config.hosts_per_cluster} hosts, "
-                 f"{len(self.plan.links)} WAN links, delay by {self.mechanism}, scale {self.scale:g} "
+                 f"{len(self.plan.links)} WAN links, delay by {self.mechanism}, scale {self.scale:g}, "
+                 f"dilation {self.config.dilation:g} "
                  f"({self.build_s:.1f} s)")
 
     def _start_delay_daemons(self) -> None:

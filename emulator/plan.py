@@ -16,7 +16,11 @@ Every name lives inside its own namespace, so none is longer than
 ``w-`` + 8 characters; nothing of ours appears in the root namespace.
 
 Scale factor (DESIGN.md): wire rates are the topology's bandwidths divided by
-``scale``; latencies are not scaled. The topology's bandwidths are TCP goodput
+``scale``; latencies are not scaled. Time dilation (DESIGN.md; Gupta et al.,
+NSDI 2006): every wire rate is further divided by ``dilation`` K and every
+delay (and jitter) multiplied by K, so the emulated world runs K times slower
+than the real one it stands for; queue and TCP buffer sizes (bandwidth x
+delay) stay the same. The topology's bandwidths are TCP goodput
 (iperf-style figures), so htb is given the wire rate that carries that goodput:
 ``x (MTU + 14) / (MTU - 52)`` for the Ethernet header and IPv4 + TCP (with
 timestamps) headers. Intra-cluster rates are scaled too and then capped at
@@ -35,7 +39,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from emulator.errors import EmulatorError
-from spiderflow.topology import Link, Topology
+from spiderflow.topology import Cluster, Link, Topology
 
 MECHANISMS = ("auto", "netem", "nfqueue")
 MTU = 1500
@@ -51,6 +55,7 @@ DEFAULT_TCP_WMEM_MAX = 4 * 1024 * 1024
 LAN_BRIDGE = "lan"
 HOST_INTF = "eth0"
 POLICY_TABLE_BASE = 100
+MAX_DILATION = 64.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +67,8 @@ class NetConfig:
     intra_cap_mbps: float = 1000.0
     delay: str = "auto"  # which mechanism delays WAN packets: auto | netem | nfqueue
     queue_bdp: float = 1.0  # router buffer per WAN direction, in bandwidth-delay products
+    # time dilation K: wire rates / K, delays x K (and, in emulator run, compute x K, measured / K)
+    dilation: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.hosts_per_cluster, bool) or not isinstance(self.hosts_per_cluster, int) \
@@ -77,6 +84,15 @@ class NetConfig:
             raise EmulatorError(f"delay must be one of {', '.join(MECHANISMS)} (got {self.delay!r})")
         if not self.queue_bdp > 0:
             raise EmulatorError(f"queue_bdp must be > 0 (got {self.queue_bdp!r})")
+        if isinstance(self.dilation, bool) or not isinstance(self.dilation, (int, float)) \
+                or not 1 <= self.dilation <= MAX_DILATION:
+            raise EmulatorError(f"dilation must be a number in 1..{MAX_DILATION:g} (got {self.dilation!r}); "
+                                "1 runs in real time, K runs K times slower")
+
+    @property
+    def wire_divisor(self) -> float:
+        """Topology bandwidth / wire rate: the scale times the dilation."""
+        return self.scale * self.dilation
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,17 +218,25 @@ def wan_dev(peer: str) -> str:
 
 
 def link_shape(link: Link, config: NetConfig) -> Shape:
-    goodput = link.bandwidth_gbps * 1000.0 / config.scale
+    goodput = link.bandwidth_gbps * 1000.0 / config.wire_divisor
+    delay_ms = link.latency_ms * config.dilation
     wire_bytes_per_s = goodput * GOODPUT_TO_WIRE * 1e6 / 8
-    queue = int(config.queue_bdp * wire_bytes_per_s * 2 * link.latency_ms / 1e3)
-    return Shape(goodput_mbps=goodput, delay_ms=link.latency_ms, jitter_ms=link.jitter_ms,
+    queue = int(config.queue_bdp * wire_bytes_per_s * 2 * delay_ms / 1e3)
+    return Shape(goodput_mbps=goodput, delay_ms=delay_ms, jitter_ms=link.jitter_ms * config.dilation,
                  loss_pct=link.loss_pct, queue_bytes=max(queue, MIN_QUEUE_BYTES))
 
 
+def emulated_intra_gbps(cluster: Cluster, config: NetConfig) -> float:
+    """A cluster's intra-cluster bandwidth as emulated, in real-equivalent Gbit/s: the topology's,
+    capped at what the wire cap ``intra_cap_mbps`` carries at this scale."""
+    return min(cluster.intra_cluster_bandwidth_gbps, config.intra_cap_mbps * config.scale / 1000.0)
+
+
 def intra_shape(topo: Topology, cluster: str, config: NetConfig) -> Shape:
+    """Host-to-host inside a cluster: the capped bandwidth on the wire (so the cap / K when dilated)."""
     c = topo.cluster(cluster)
-    goodput = min(c.intra_cluster_bandwidth_gbps * 1000.0 / config.scale, config.intra_cap_mbps)
-    return Shape(goodput_mbps=goodput, delay_ms=c.intra_cluster_latency_ms)
+    return Shape(goodput_mbps=emulated_intra_gbps(c, config) * 1000.0 / config.wire_divisor,
+                 delay_ms=c.intra_cluster_latency_ms * config.dilation)
 
 
 def next_hops(topo: Topology) -> tuple[dict[str, dict[str, str]], dict[str, dict[tuple[str, str], str]]]:
@@ -239,7 +263,8 @@ def next_hops(topo: Topology) -> tuple[dict[str, dict[str, str]], dict[str, dict
 
 
 def _max_bdp_bytes(topo: Topology, cluster: str, config: NetConfig) -> float:
-    """Largest bandwidth x round-trip product a flow of this cluster can see."""
+    """Largest bandwidth x round-trip product a flow of this cluster can see (dilation divides the
+    rate and multiplies the round trip: it leaves the product as it is)."""
     best = 0.0
     for other in topo.names:
         if other == cluster:

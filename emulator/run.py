@@ -22,21 +22,26 @@ from dataclasses import asdict
 from pathlib import Path
 
 from emulator.capability import require_root
-from emulator.check import add_network_arguments, resolve_topology
+from emulator.check import add_network_arguments, network_config, resolve_topology
 from emulator.compute import COMPUTE_MODES
+from emulator.dilation import Choice, choose_dilation, measure_op_overhead_s
 from emulator.errors import EmulatorError
+from emulator.launch import emulated_view, predict_emulated
 from emulator.plan import NetConfig
 from emulator.runner import JobRun, RunConfig, Runner
-from spiderflow.costmodel import NO_CALIBRATION, load_calibration
-from spiderflow.placement import DEFAULT_PLANNER, PLANNERS
-from spiderflow.topology import load_topology
+from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, plan_work
+from spiderflow.errors import InfeasiblePlan
+from spiderflow.placement import DEFAULT_PLANNER, PLANNERS, PlacementRequest, run_planner
+from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import load_trace
+from spiderflow.workload import Job
 
 HELP = "replay a trace: real torch.distributed ranks run the planned jobs on the emulated WAN"
 DEFAULT_TOPOLOGY = "topologies/default.yaml"
 DEFAULT_TRACE = "traces/default.csv"
 DEFAULT_HOSTS = 4
-CSV_FIELDS = ("job_id", "status", "placement", "plan", "ranks", "predicted_iteration_s",
+SIZING_TIME_LIMIT_S = 2.0  # solver limit when --dilation auto plans each job alone to size K
+CSV_FIELDS = ("job_id", "status", "placement", "plan", "ranks", "predicted_iteration_s", "startup_wall_s",
               "predicted_alone_iteration_s", "predicted_shared_iteration_s", "measured_iteration_s", "measured_min_s", "measured_max_s",
               "measured_iterations", "error_pct", "jct_s", "queue_s", "reason")
 
@@ -57,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="emulated: sleep the cost model's GPU time (default); real: run CPU proxies of the "
                              "stages, sized to that time at this CPU's matmul rate (small runs only)")
     parser.add_argument("--job-timeout", type=float, default=d.job_timeout_s, metavar="S",
-                        help="fail a job still running S seconds after launch (default %(default)g)")
+                        help="fail a job still running S seconds after launch (real-equivalent: S x K wall "
+                             "seconds under dilation K; default %(default)g)")
     parser.add_argument("--slow-start-after-idle", action="store_true",
                         help="keep the kernel's TCP slow start after idle (default: off in the emulated hosts, "
                              "so a pipeline transfer costs alpha + n / beta as the cost model assumes)")
@@ -69,13 +75,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(hosts_per_cluster=DEFAULT_HOSTS)
 
 
+def auto_dilation(topo: Topology, jobs: list[Job], net: NetConfig, *, planner: str,
+                  calibration: Calibration) -> Choice:
+    """``--dilation auto`` for a trace: every job planned alone on the whole topology (what it will
+    run at best), sized by :func:`emulator.dilation.choose_dilation`."""
+    view = emulated_view(topo, net, calibration=calibration)
+    sized, ranks = [], 0
+    for job in jobs:
+        try:
+            res = run_planner(planner, PlacementRequest(job=job, topology=topo, calibration=calibration,
+                                                        free_gpus={c.name: c.total_gpus for c in topo.clusters},
+                                                        time_limit_s=SIZING_TIME_LIMIT_S))
+        except InfeasiblePlan:
+            continue
+        plan = res.placement.plan
+        work = plan_work(plan, view)
+        sized.append((job.job_id, work, predict_emulated(plan, view)))
+        ranks += work.world_size
+    hosts = net.hosts_per_cluster * len(topo.clusters)
+    return choose_dilation(sized, overhead_s=measure_op_overhead_s(), peak_ranks=min(ranks, hosts))
+
+
+def check_calibration_dilation(calibration: Calibration, dilation: float) -> None:
+    """A calibration fitted under one dilation carries that K's per-op costs: apply it at the same K."""
+    if calibration.dilation is not None and calibration.dilation != dilation:
+        raise EmulatorError(f"{calibration.source}: fitted at dilation {calibration.dilation:g}, this run uses "
+                            f"{dilation:g}; pass --dilation {calibration.dilation:g} or calibrate again "
+                            f"with --dilation {dilation:g}")
+
+
 def main(args: argparse.Namespace) -> int:
     topo = load_topology(resolve_topology(args.topology))  # bad inputs fail here, before root
     trace_path = resolve_topology(args.trace)
     jobs = load_trace(trace_path).jobs
     calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
-    net = NetConfig(hosts_per_cluster=args.hosts_per_cluster, scale=args.scale,
-                    intra_cap_mbps=args.intra_cap_mbps, delay=args.delay)
+    net = network_config(args, 1.0)
+    if args.dilation == "auto":
+        choice = auto_dilation(topo, jobs, net, planner=args.planner, calibration=calibration)
+    else:
+        choice = Choice(dilation=args.dilation, reason="--dilation")
+    net = network_config(args, choice.dilation)
+    check_calibration_dilation(calibration, net.dilation)
     try:
         cfg = RunConfig(planner=args.planner, iterations=args.iterations, warmup=args.warmup,
                         time_scale=args.time_scale, job_timeout_s=args.job_timeout, net=net,
@@ -89,11 +129,14 @@ def main(args: argparse.Namespace) -> int:
     progress = lambda msg: print(f"[run] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     config = {"topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planner": cfg.planner,
               "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
-              "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp, "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
+              "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp,
+              "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
+              "scale": net.scale, "dilation": net.dilation, "dilation_reason": choice.reason,
               "net": asdict(net), "started": dt.datetime.now().isoformat(timespec="seconds")}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{len(jobs)} jobs from {trace_path} on {topo.source}; planner {cfg.planner}; "
              f"{cfg.iterations} iterations ({cfg.warmup} warm-up); arrivals / {cfg.time_scale:g}; output {out}")
+    progress(f"scale {net.scale:g}, dilation {net.dilation:g}: {choice.reason}")
     from emulator.network import Emulation  # Mininet only once we know we will use it
 
     t0 = time.monotonic()
@@ -127,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
 
 def as_json(jobs: list[JobRun], net: NetConfig, out: Path, peak_ranks: int | None = None) -> dict:
     errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
-    return {"jobs": [j.as_json() for j in jobs], "scale": net.scale, "out": str(out),
+    return {"jobs": [j.as_json() for j in jobs], "scale": net.scale, "dilation": net.dilation, "out": str(out),
             "median_abs_error_pct": statistics.median(errs) if errs else None, "peak_ranks": peak_ranks}
 
 
@@ -157,11 +200,14 @@ def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str 
 
 
 def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out: Path) -> str:
+    k = net.dilation
     lines = [f"scale {net.scale:g} (bytes and bandwidths / {net.scale:g}; intra-cluster capped at "
-             f"{net.intra_cap_mbps:g} Mbit/s on the wire), delay by {mechanism or '?'}; times in real-equivalent s",
+             f"{net.intra_cap_mbps * net.scale / 1000:g} Gbit/s real-equivalent), dilation {k:g} "
+             f"(rates / {k:g}, delays and compute x {k:g}, measured / {k:g}), delay by {mechanism or '?'}; "
+             "times in real-equivalent s, start-up in wall s",
              "",
              f"{'job':<14} {'placement':<26} {'ranks':>5} {'predicted':>9} {'measured':>9} {'spread':>15} "
-             f"{'error':>7} {'shared':>7} {'error':>7} {'jct':>6}  status"]
+             f"{'error':>7} {'shared':>7} {'error':>7} {'jct':>6} {'start-up':>8}  status"]
     for j in jobs:
         d = j.as_json()
         place = " ".join(f"{c}:{g}" for c, g in d["placement"].items())
@@ -172,7 +218,7 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
         status = j.status + (f": {j.reason}" if j.status != "ok" else "")
         lines.append(f"{j.job.job_id:<14} {place:<26} {len(j.ranks):>5} {_fmt(j.predicted_s):>9} "
                      f"{_fmt(j.measured_s):>9} {spread:>15} {err:>7} {_fmt(shared):>7} {err_shared:>7} "
-                     f"{_fmt(j.jct_s, '.1f'):>6}  {status}")
+                     f"{_fmt(j.jct_s, '.1f'):>6} {_fmt(j.startup_wall_s, '.2f'):>8}  {status}")
     errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
     lines += ["", f"median |error| {statistics.median(errs):.1f}% over {len(errs)} job(s)" if errs
               else "no job measured",

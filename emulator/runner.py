@@ -6,6 +6,13 @@ is owns the network and every rank process (it kills them on exit, error or
 Ctrl-C). Arrivals are compressed by ``time_scale``: a job that arrives at
 ``t`` s in the trace arrives ``t / time_scale`` s after the network is up.
 
+Time dilation K (``config.net.dilation``, DESIGN.md): the network runs K
+times slower (rates / K, delays x K) and so do the ranks (compute sleeps and
+timeouts x K, :mod:`emulator.launch`) and the arrivals (x K); every time this
+module reports (iteration times, JCT, queueing) is wall time / K, i.e.
+real-equivalent. Job start-up (specs handed over -> the job's first op) is
+reported in wall seconds: it is the emulator's own cost, not the job's.
+
 A job starts when the planner places it on the free emulated GPUs (with the
 current link load: the WAN routes of running jobs) and each cluster of its
 plan has a free host per rank there (:mod:`emulator.launch`). It ends after
@@ -35,7 +42,7 @@ from emulator.compute import COMPUTE_MODES, cpu_flops_per_s
 from emulator.launch import describe_plan, emulated_view, predict_emulated, rank_specs, ranks_per_cluster
 from emulator.plan import HostPlan, NetConfig
 from emulator.worker import STARTUP_NICE_ENV, RankSpec, rank_env
-from spiderflow.costmodel import NO_CALIBRATION, Calibration
+from spiderflow.costmodel import NO_CALIBRATION, Calibration, plan_work
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import PlacementRequest, run_planner
 from spiderflow.plan import Plan
@@ -69,6 +76,10 @@ class RunConfig:
     compute: str = "emulated"
     # fitted by `emulator calibrate`; the planner and every prediction use it
     calibration: Calibration = NO_CALIBRATION
+
+    @property
+    def dilation(self) -> float:
+        return self.net.dilation
 
     def __post_init__(self) -> None:
         if self.iterations < 2:
@@ -118,8 +129,9 @@ class JobRun:
     end_s: float | None = None
     ranks: list[Rank] = field(default_factory=list)
     routes: list = field(default_factory=list)
-    iteration_s: list[float] = field(default_factory=list)  # measured intervals after warm-up
+    iteration_s: list[float] = field(default_factory=list)  # measured intervals after warm-up (real-equivalent)
     iterations_done: int = 0
+    startup_wall_s: float | None = None  # specs handed over -> the job's first op, wall seconds
 
     @property
     def measured_s(self) -> float | None:
@@ -146,7 +158,7 @@ class JobRun:
                "measured_iterations": len(self.iteration_s),
                "error_pct": self.error_pct, "jct_s": self.jct_s, "queue_s":
                    None if self.start_s is None else self.start_s - self.arrival_s,
-               "status": self.status}
+               "startup_wall_s": self.startup_wall_s, "status": self.status}
         if self.status != "ok":
             out["reason"] = self.reason
         return out
@@ -158,6 +170,8 @@ class Runner:
         self.topo, self.cfg, self.emu, self.out, self.log = topology, config, emu, Path(out_dir), log
         self.rank_dir = self.out / "ranks"
         self.rank_dir.mkdir(parents=True, exist_ok=True)
+        self.k = config.dilation
+        # JobRun times are real-equivalent: wall seconds since t0 / K
         self.jobs = [JobRun(job=j, arrival_s=j.arrival_s / config.time_scale) for j in jobs]
         self.free_gpus = {c.name: c.total_gpus for c in topology.clusters}
         self.free_hosts: dict[str, list[HostPlan]] = {c: list(hs) for c, hs in emu.hosts.items()}
@@ -175,7 +189,8 @@ class Runner:
             warm_tcp(emu)
 
     def now(self) -> float:
-        return time.monotonic() - self.t0
+        """Real-equivalent seconds since the run started (wall / dilation)."""
+        return (time.monotonic() - self.t0) / self.k
 
     # ------------------------------------------------------------------ loop
     def run(self) -> list[JobRun]:
@@ -249,7 +264,7 @@ class Runner:
             return
         j.planner_overhead_s += res.overhead_s
         plan = res.placement.plan
-        need = ranks_per_cluster(plan)
+        need = ranks_per_cluster(plan, self._view(load))
         for c, k in need.items():
             if k > self.hosts_per_cluster[c]:
                 return self._fail(j, f"its plan needs {k} ranks in {c}, the emulation has "
@@ -267,11 +282,12 @@ class Runner:
         j.predicted_alone_s = predict_emulated(plan, self._view())
         for c, g in plan.placement.items():
             self.free_gpus[c] -= g
-        specs = rank_specs(plan, view, job_id=job.job_id, master_addr="0.0.0.0", master_port=0, scale=net.scale,
+        work = plan_work(plan, view)
+        specs = rank_specs(work, master_addr="0.0.0.0", master_port=0, scale=net.scale, dilation=net.dilation,
                            iterations=self.cfg.iterations, out_dir=str(self.rank_dir),
                            timeout_s=self.cfg.rank_timeout_s, compute=self.cfg.compute,
                            cpu_flops_per_s=self.cpu_flops_per_s)
-        hosts = [self.free_hosts[plan.replicas[s.rank // plan.depth][s.stage].cluster].pop(0) for s in specs]
+        hosts = [self.free_hosts[w.cluster].pop(0) for w in work.ranks]
         port, self.next_port = self.next_port, self.next_port + 1
         j.start_s = self.now()
         others = [o for o in self.jobs if o.status == "running" and o is not j]
@@ -307,7 +323,7 @@ class Runner:
             if r.exit is None:
                 r.exit = r.proc.poll()
         bad = [r for r in j.ranks if r.exit not in (None, 0)]
-        timed_out = self.now() - j.start_s > self.cfg.job_timeout_s
+        timed_out = self.now() - j.start_s > self.cfg.job_timeout_s  # both real-equivalent
         if not bad and not timed_out and any(r.exit is None for r in j.ranks):
             return False
         if bad or timed_out:
@@ -391,17 +407,23 @@ class Runner:
         return out
 
     def _measure(self, j: JobRun) -> None:
-        """Iteration intervals after warm-up, from every rank's JSON lines (absolute monotonic times)."""
+        """Iteration intervals after warm-up (wall / K), from every rank's JSON lines (absolute
+        monotonic times), and the job's start-up: its launch to its earliest ``start`` line."""
         ends: dict[int, list[float]] = {}
+        starts = []
         for r in j.ranks:
             mono = None
             for line in self._lines(j.job.job_id, r.spec.rank):
                 if line.get("event") == "start":
                     mono = line.get("mono")
+                    if mono is not None:
+                        starts.append(mono)
                 elif line.get("event") == "iteration" and mono is not None:
                     ends.setdefault(line["it"], []).append(mono + line["end"])
+        if starts and j.start_s is not None:
+            j.startup_wall_s = max(0.0, min(starts) - (self.t0 + j.start_s * self.k))
         complete = sorted(it for it, v in ends.items() if len(v) == len(j.ranks))
         last = {it: max(ends[it]) for it in complete}
         j.iterations_done = len(complete)
-        j.iteration_s = [last[it] - last[it - 1] for it in complete
+        j.iteration_s = [(last[it] - last[it - 1]) / self.k for it in complete
                          if it >= max(1, self.cfg.warmup) and it - 1 in last]

@@ -85,6 +85,7 @@ class RankSpec:
     # compute "real": the stage's proxy (the fields of emulator.compute.ProxyShape); None when emulated
     proxy: dict | None = None
     recompute: bool = False  # the plan recomputes activations (the proxy's forward keeps no graph)
+    replica: int = 0  # the pipeline replica this rank's stage belongs to
 
     @staticmethod
     def load(path: str) -> "RankSpec":

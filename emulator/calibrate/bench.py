@@ -104,8 +104,10 @@ def configured(test: dict, view: TopologyView) -> tuple[float, float]:
     return chan.alpha_s, chan.bytes_per_s / GBPS
 
 
-def combine(tests: list[dict], lines: list[dict], *, topology: str, view: TopologyView) -> list[dict]:
-    """Rank lines -> one ``microbench.jsonl`` record per (test, size): median over the measured samples."""
+def combine(tests: list[dict], lines: list[dict], *, topology: str, view: TopologyView,
+            dilation: float = 1.0) -> list[dict]:
+    """Rank lines -> one ``microbench.jsonl`` record per (test, size): median over the measured samples,
+    in real-equivalent seconds (wall / ``dilation``)."""
     stamps: dict[tuple[int, int, int], list[dict]] = defaultdict(list)
     for line in lines:
         if "test" in line and not line.get("warmup"):
@@ -121,7 +123,7 @@ def combine(tests: list[dict], lines: list[dict], *, topology: str, view: Topolo
                 starts = [g["t_start"] for g in group if "t_start" in g]
                 ends = [g["t_end"] for g in group if "t_end" in g]
                 if len(ends) == (1 if test["op"] == "p2p" else len(test["ranks"])) and starts:
-                    samples.append(max(ends) - max(starts))
+                    samples.append((max(ends) - max(starts)) / dilation)
                     count = group[0]["count"]
             if not samples:
                 continue
@@ -157,7 +159,10 @@ def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyVie
 
     No deadline for the whole run (it grows with the square of the cluster count: paper8's 70 tests
     take about 20 minutes): it fails when no rank has written a line for ``stall_s``, which is also
-    each rank's torch.distributed timeout. Logs which test is running every ``PROGRESS_EVERY_S``."""
+    each rank's torch.distributed timeout; both x the emulation's dilation, and times are divided by it
+    (real-equivalent). Logs which test is running every ``PROGRESS_EVERY_S``."""
+    k = emu.config.dilation
+    stall_s *= k
     work = Path(out_dir) / "bench"
     work.mkdir(parents=True, exist_ok=True)
     hosts = []
@@ -204,4 +209,4 @@ def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyVie
         reasons = [l.get("reason") for l in lines if l.get("event") == "failed"]
         raise EmulatorError(f"microbenchmark rank {bad[0][0]} exited with {bad[0][1]}"
                             + (f": {reasons[0]}" if reasons else f"; see {work}/r{bad[0][0]}.log"))
-    return combine(tests, lines, topology=topology.source, view=view)
+    return combine(tests, lines, topology=topology.source, view=view, dilation=k)

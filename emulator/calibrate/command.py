@@ -23,11 +23,12 @@ from dataclasses import asdict
 from pathlib import Path
 
 from emulator.capability import require_root
-from emulator.check import add_network_arguments, resolve_topology
+from emulator.check import add_network_arguments, network_config, resolve_topology
+from emulator.dilation import Choice, choose_dilation, measure_op_overhead_s
 from emulator.errors import EmulatorError
 from emulator.plan import NetConfig
 from emulator.runner import RunConfig
-from spiderflow.costmodel import load_calibration
+from spiderflow.costmodel import load_calibration, plan_work
 from spiderflow.topology import load_topology
 
 HELP = "measure the emulated network (nccl-tests style), fit alpha-beta, check the cost model before/after"
@@ -67,7 +68,8 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
     from emulator.runner import warm_tcp
 
     cases = plan_cases(topo, topo.name) if with_plans else []
-    hosts = max([net.hosts_per_cluster, HOSTS_NEEDED] + ([hosts_needed(cases)] if cases else []))
+    hosts = max([net.hosts_per_cluster, HOSTS_NEEDED] + ([hosts_needed(cases, emulated_view(topo, net))]
+                                                          if cases else []))
     net = NetConfig(**{**asdict(net), "hosts_per_cluster": hosts})
     cal_path = out / f"calibration-{topo.name}.json"
     with Emulation(topo, net, log=log) as emu:
@@ -79,8 +81,8 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
         _append(out / "microbench.jsonl", records)
         log(f"{topo.name}: microbenchmarks done in {time.monotonic() - t0:.0f} s")
         fits = fit_records(records, source=f"{out}/microbench.jsonl")
-        cal_path.write_text(json.dumps(calibration_json(fits, scale=net.scale, fitted_from=f"{out}/microbench.jsonl"),
-                                       indent=1) + "\n")
+        cal_path.write_text(json.dumps(calibration_json(fits, scale=net.scale, dilation=net.dilation,
+                                                        fitted_from=f"{out}/microbench.jsonl"), indent=1) + "\n")
         calibration = load_calibration(cal_path)
         cfg = RunConfig(**{**run_cfg.__dict__, "net": net})
         (out / "timelines").mkdir(exist_ok=True)
@@ -92,6 +94,23 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
     return cal_path, mechanism
 
 
+def auto_dilation(topos, net: NetConfig, *, with_plans: bool) -> Choice:
+    """``--dilation auto``: sized by the plan set (each plan runs alone: its own ranks at most)."""
+    from emulator.calibrate.plans import plan_cases
+    from emulator.launch import emulated_view, predict_emulated
+
+    if not with_plans:
+        return Choice(dilation=1.0, reason="--no-plans: microbenchmarks time one collective at a time")
+    sized = []
+    for topo in topos:
+        view = emulated_view(topo, net)
+        for case in plan_cases(topo, topo.name):
+            plan = case.plan(2)
+            sized.append((case.plan_id, plan_work(plan, view), predict_emulated(plan, view)))
+    return choose_dilation(sized, overhead_s=measure_op_overhead_s(),
+                           peak_ranks=max(w.world_size for _id, w, _t in sized))
+
+
 def main(args: argparse.Namespace) -> int:
     paths = [resolve_topology(p) for p in (args.topology or [DEFAULT_TOPOLOGY])]
     topos = [load_topology(p) for p in paths]  # bad inputs fail here, before root
@@ -101,8 +120,12 @@ def main(args: argparse.Namespace) -> int:
                             "calibration files are named after it")
     if args.samples < 1:
         raise EmulatorError(f"--samples must be >= 1 (got {args.samples})")
-    net = NetConfig(hosts_per_cluster=args.hosts_per_cluster, scale=args.scale,
-                    intra_cap_mbps=args.intra_cap_mbps, delay=args.delay)
+    net = network_config(args, 1.0)
+    if args.dilation == "auto":
+        choice = auto_dilation(topos, net, with_plans=not args.no_plans)
+    else:
+        choice = Choice(dilation=args.dilation, reason="--dilation")
+    net = network_config(args, choice.dilation)
     try:
         run_cfg = RunConfig(iterations=args.iterations, warmup=args.warmup, time_scale=1.0, net=net)
     except ValueError as exc:
@@ -113,8 +136,10 @@ def main(args: argparse.Namespace) -> int:
     for name in ("microbench.jsonl", "plans.jsonl"):
         (out / name).unlink(missing_ok=True)
     log = lambda msg: print(f"[calibrate] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    log(f"scale {net.scale:g}, dilation {net.dilation:g}: {choice.reason}")
     (out / "config.json").write_text(json.dumps(
-        {"topologies": [t.source for t in topos], "scale": net.scale, "net": asdict(net), "compute": "emulated",
+        {"topologies": [t.source for t in topos], "scale": net.scale, "dilation": net.dilation,
+         "dilation_reason": choice.reason, "net": asdict(net), "compute": "emulated",
          "iterations": run_cfg.iterations, "warmup": run_cfg.warmup, "samples": args.samples,
          "plans": not args.no_plans, "started": dt.datetime.now().isoformat(timespec="seconds")}, indent=1) + "\n")
     t0 = time.monotonic()

@@ -208,7 +208,7 @@ def _entries(fits: list[dict], op: str, scope: str) -> dict[str, dict]:
 
 
 def calibration_json(fits: list[dict], *, scale: float, fitted_from: str,
-                     compute: dict[str, float] | None = None) -> dict:
+                     compute: dict[str, float] | None = None, dilation: float = 1.0) -> dict:
     """The calibration file (spiderflow.costmodel.calibration): p2p fits per path and per cluster,
     two-cluster ring all-reduce fits (per-step alpha, per-hop beta) per pair, compute efficiencies."""
     return {"paths": _entries(fits, "p2p", "wan"),
@@ -217,6 +217,7 @@ def calibration_json(fits: list[dict], *, scale: float, fitted_from: str,
             "gpu_efficiency": {device: min(1.0, e) for device, e in (compute or {}).items()},
             "per_message_overhead_s": 0.0,  # the fitted alpha already contains it
             "scale": scale,
+            "dilation": dilation,
             "fitted_from": fitted_from,
             "notes": NOTES}
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from emulator.launch import emulated_view, predict_emulated, ranks_per_cluster
 from emulator.runner import JobRun, RunConfig, Runner
-from spiderflow.costmodel import Calibration, predict
+from spiderflow.costmodel import Calibration, TopologyView, predict
 from spiderflow.parallel.tpa import split_layers
 from spiderflow.plan import Plan, Stage
 from spiderflow.topology import Topology
@@ -88,9 +88,9 @@ def plan_cases(topology: Topology, prefix: str) -> list[PlanCase]:
     return [PlanCase(**{**c.__dict__, "plan_id": f"{prefix}-{c.plan_id}"}) for c in cases]
 
 
-def hosts_needed(cases: list[PlanCase]) -> int:
+def hosts_needed(cases: list[PlanCase], view: TopologyView) -> int:
     """Hosts per cluster the set needs (one rank per (replica, stage) in that cluster)."""
-    return max(max(ranks_per_cluster(c.plan(2)).values()) for c in cases)
+    return max(max(ranks_per_cluster(c.plan(2), view).values()) for c in cases)
 
 
 class _FixedPlanRunner(Runner):
@@ -105,7 +105,8 @@ class _FixedPlanRunner(Runner):
 
 
 def measured_timeline(runner: Runner, j: JobRun, iteration: int) -> list[dict]:
-    """Every rank's ops of one iteration, times relative to that iteration's earliest op start."""
+    """Every rank's ops of one iteration, times relative to that iteration's earliest op start
+    (real-equivalent: wall / the dilation)."""
     ranks = []
     for r in j.ranks:
         mono, ops = None, []
@@ -114,11 +115,11 @@ def measured_timeline(runner: Runner, j: JobRun, iteration: int) -> list[dict]:
                 mono = line["mono"]
             elif line.get("event") == "op" and line.get("it") == iteration and mono is not None:
                 ops.append([line["kind"], line["mb"], mono + line["start"], mono + line["end"]])
-        ranks.append({"rank": r.spec.rank, "replica": r.spec.rank // j.plan.depth, "stage": r.spec.stage,
+        ranks.append({"rank": r.spec.rank, "replica": r.spec.replica, "stage": r.spec.stage,
                       "ops": ops})
     t0 = min((op[2] for rk in ranks for op in rk["ops"]), default=0.0)
     for rk in ranks:
-        rk["ops"] = [[k, mb, s - t0, e - t0] for k, mb, s, e in rk["ops"]]
+        rk["ops"] = [[k, mb, (s - t0) / runner.k, (e - t0) / runner.k] for k, mb, s, e in rk["ops"]]
     return ranks
 
 

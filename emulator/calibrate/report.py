@@ -41,6 +41,10 @@ class Run:
         return self.config["scale"]
 
     @property
+    def dilation(self) -> float:
+        return float(self.config.get("dilation", 1.0))
+
+    @property
     def mechanism(self) -> str:
         return str(self.config.get("mechanism") or "unknown mechanism")
 
@@ -91,20 +95,21 @@ def error_pct(predicted_s: float, measured_s: float) -> float:
     return (predicted_s - measured_s) / measured_s * 100
 
 
-def mape_line(plans: list[dict], *, scale: float, mechanism: str) -> str:
+def mape_line(plans: list[dict], *, scale: float, mechanism: str, dilation: float = 1.0) -> str:
     ok = measured_plans(plans)
+    knobs = f"scale {scale:g}, dilation {dilation:g}, delay by {mechanism}"
     if not ok:
-        return f"MAPE: no measured plans ({len(plans)} in plans.jsonl; scale {scale:g}, delay by {mechanism})"
+        return f"MAPE: no measured plans ({len(plans)} in plans.jsonl; {knobs})"
     mape = {k: sum(abs(error_pct(p[k], p["measured_s"])) for p in ok) / len(ok)
             for k in ("predicted_uncalibrated_s", "predicted_calibrated_s")}
     return (f"MAPE uncalibrated {mape['predicted_uncalibrated_s']:.1f}% -> calibrated "
-            f"{mape['predicted_calibrated_s']:.1f}% over {len(ok)} plans (scale {scale:g}, delay by {mechanism})")
+            f"{mape['predicted_calibrated_s']:.1f}% over {len(ok)} plans ({knobs})")
 
 
 def mape_summary(run_dir: Path) -> str:
     """The report's first line, from config.json and plans.jsonl."""
     run = load_run(run_dir)
-    return mape_line(run.plans, scale=run.scale, mechanism=run.mechanism)
+    return mape_line(run.plans, scale=run.scale, mechanism=run.mechanism, dilation=run.dilation)
 
 
 def _fmt(value, spec: str = ".3g") -> str:
@@ -265,7 +270,8 @@ def _timeline_section(run: Run, figures: Path) -> list[str]:
 def _how_to_read(run: Run) -> list[str]:
     return ["## How to read this", "",
             f"Bytes and bandwidths are real-equivalent: the emulator divided every byte count and bandwidth by "
-            f"the scale factor {run.scale:g} on the wire, and times are wall seconds. Each link and collective "
+            f"the scale factor {run.scale:g} on the wire, and times are real-equivalent seconds (wall seconds "
+            f"divided by the time dilation, {run.dilation:g} here). Each link and collective "
             "is fitted with `t = alpha + n / beta` (collectives: per ring step and per link), by least squares "
             "weighted by 1/t with alpha >= 0; a residual is (model - measured) / measured. "
             "A fitted/configured bandwidth well below 1 means the emulated link (or TCP over it) does not "
@@ -404,14 +410,15 @@ def write_report(run_dir: Path) -> Path:
     fits = fit_records(run.microbench, source=source)
     groups = group_records(run.microbench, source=source)
     (run.path / "fits.json").write_text(json.dumps(
-        {"scale": run.scale, "fitted_from": "microbench.jsonl", "fits": fits,
+        {"scale": run.scale, "dilation": run.dilation, "fitted_from": "microbench.jsonl", "fits": fits,
          "gpu_efficiency": fit_compute(run.microbench)}, indent=1) + "\n")
     figures = run.path / "figures"
     many = len({f["topology"] for f in fits}) > 1
     topologies = ", ".join(run.config.get("topologies") or []) or DASH
     lines = [f"# Calibration report: {run.path.name}", "",
-             mape_line(run.plans, scale=run.scale, mechanism=run.mechanism), "",
-             f"Topologies: {topologies}. Scale {run.scale:g}, delay by {run.mechanism}, compute "
+             mape_line(run.plans, scale=run.scale, mechanism=run.mechanism, dilation=run.dilation), "",
+             f"Topologies: {topologies}. Scale {run.scale:g}, dilation {run.dilation:g}, delay by {run.mechanism}, "
+             "compute "
              f"{run.config.get('compute', DASH)}, started {run.config.get('started', DASH)}.", ""]
     lines += _links_section(fits, groups, many, figures)
     lines += _collectives_section(fits, groups, many)

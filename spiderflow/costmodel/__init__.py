@@ -14,7 +14,8 @@ from spiderflow.costmodel.calibration import (NO_CALIBRATION, AlphaBeta, Calibra
 from spiderflow.costmodel.memory import StageMemory, stage_memory
 from spiderflow.costmodel.network import GBPS, Channel, MatrixView, TopologyView
 from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, simulate_1f1b
-from spiderflow.costmodel.stages import StageCost, stage_costs, sync_s
+from spiderflow.costmodel.stages import StageCost
+from spiderflow.costmodel.work import PlanWork, RankWork, plan_work, stage_costs, stage_syncs
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
 
@@ -85,7 +86,7 @@ def estimate(plan: Plan, view: TopologyView) -> float:
 
 
 def _syncs(plan: Plan, view: TopologyView) -> list[tuple]:
-    return [sync_s(plan, i, view) for i in range(plan.depth)]
+    return stage_syncs(plan, view)
 
 
 def _distinct_replicas(plan: Plan) -> list[int]:
@@ -100,6 +101,6 @@ def fits_memory(plan: Plan, view: TopologyView) -> bool:
     return all(s.fits for s in stage_memory(plan, view.topology))
 
 
-__all__ = ["AlphaBeta", "Calibration", "Channel", "GBPS", "MatrixView", "NO_CALIBRATION", "Prediction",
-           "StageMemory", "Timeline", "TopologyView", "estimate", "fits_memory", "load_calibration",
-           "predict"]
+__all__ = ["AlphaBeta", "Calibration", "Channel", "GBPS", "MatrixView", "NO_CALIBRATION", "PlanWork", "Prediction",
+           "RankWork", "StageMemory", "Timeline", "TopologyView", "estimate", "fits_memory", "load_calibration",
+           "plan_work", "predict"]

@@ -8,10 +8,13 @@ scale factor)::
       "intra": {"oregon": {"alpha_s": 1e-5, "beta_gbps": 180.0}, ...},
       "rings": {"london+virginia": {"alpha_s": 0.039, "beta_gbps": 1.09}, ...},
       "gpu_efficiency": {"a100-80gb": 0.41, ...},
-      "per_message_overhead_s": 0.0002
+      "per_message_overhead_s": 0.0002,
+      "scale": 10, "dilation": 2
     }
 
-Every section is optional. A path entry applies to both directions unless the
+Every section is optional. ``scale`` and ``dilation`` record how the
+emulator measured the fits (informative; ``emulator run`` refuses a file
+fitted at another dilation, whose per-op costs differ). A path entry applies to both directions unless the
 reverse direction has its own entry. A ring entry (clusters joined by ``+``,
 any order) is a measured ring all-reduce over exactly those clusters: alpha
 per ring step, beta per hop; it replaces the ring the path entries would
@@ -43,6 +46,8 @@ class Calibration:
     rings: dict[tuple[str, ...], AlphaBeta] = field(default_factory=dict)  # key: sorted cluster names
     gpu_efficiency: dict[str, float] = field(default_factory=dict)
     per_message_overhead_s: float = 0.0
+    # the emulator's time dilation the fits were measured under (None: not from the emulator / unknown)
+    dilation: float | None = None
     source: str = "<none>"
 
     def path(self, a: str, b: str) -> AlphaBeta | None:
@@ -53,7 +58,8 @@ class Calibration:
 
 
 NO_CALIBRATION = Calibration()
-_KEYS = {"paths", "intra", "rings", "gpu_efficiency", "per_message_overhead_s", "scale", "fitted_from", "notes"}
+_KEYS = {"paths", "intra", "rings", "gpu_efficiency", "per_message_overhead_s", "scale", "dilation", "fitted_from",
+         "notes"}
 
 
 def _positive(source: str, field_path: str, value, *, allow_zero: bool = False) -> float:
@@ -107,5 +113,8 @@ def load_calibration(path: str | Path) -> Calibration:
             raise ConfigError(f"{source}: gpu_efficiency.{gpu} must be <= 1 (got {value!r})")
     overhead = _positive(source, "per_message_overhead_s", data.get("per_message_overhead_s", 0.0),
                          allow_zero=True)
+    dilation = data.get("dilation")
+    if dilation is not None:
+        dilation = _positive(source, "dilation", dilation)
     return Calibration(paths=paths, intra=intra, rings=rings, gpu_efficiency=eff, per_message_overhead_s=overhead,
-                       source=source)
+                       dilation=dilation, source=source)

@@ -83,8 +83,12 @@ def stage_compute_s(plan: Plan, stage: Stage, topology: Topology, calibration: C
     return fwd, bwd
 
 
-def sync_s(plan: Plan, stage_index: int, view: TopologyView) -> tuple[float, float, tuple[str, ...]]:
-    """Gradient all-reduce of stage ``stage_index``: (intra-cluster s, inter-cluster s, ring)."""
+def intra_sync_s(plan: Plan, stage_index: int, view: TopologyView) -> float:
+    """The intra-cluster part of stage ``stage_index``'s gradient all-reduce (seconds).
+
+    One cluster: a ring over its ``g`` ranks. Several: hierarchical, each cluster's ranks
+    reduce-scatter before and all-gather after the inter-cluster rings (= one all-reduce);
+    clusters may hold different replica counts, the slowest counts."""
     stage = plan.stages[stage_index]
     nbytes = stage_params(plan, stage) / stage.tp * GRAD_BYTES_PER_PARAM
     clusters: list[str] = []
@@ -92,47 +96,32 @@ def sync_s(plan: Plan, stage_index: int, view: TopologyView) -> tuple[float, flo
         c = rep[stage_index].cluster
         if c not in clusters:
             clusters.append(c)
-    g = plan.dp * sum(1 for rep in plan.replicas if rep[stage_index].cluster == clusters[0])
     topo = view.topology
     if len(clusters) == 1:
-        spans = plan.dp * len(plan.replicas) * stage.tp > topo.cluster(clusters[0]).gpus_per_node
-        return ring_allreduce_s(nbytes, g, view.intra(clusters[0], spans_nodes=spans)), 0.0, ()
-    # Hierarchical: each cluster's g ranks reduce-scatter, g parallel inter-cluster rings on
-    # n/g shards, then all-gather. Clusters may hold different replica counts; use the largest.
+        g = plan.dp * len(plan.replicas)
+        spans = g * stage.tp > topo.cluster(clusters[0]).gpus_per_node
+        return ring_allreduce_s(nbytes, g, view.intra(clusters[0], spans_nodes=spans))
     per_cluster = [plan.dp * sum(1 for rep in plan.replicas if rep[stage_index].cluster == c)
                    for c in clusters]
-    g = max(per_cluster)
-    intra = max(ring_allreduce_s(nbytes, gc, view.intra(c, spans_nodes=gc * stage.tp >
-                                                         topo.cluster(c).gpus_per_node))
-                for c, gc in zip(clusters, per_cluster))  # RS + AG = one all-reduce
+    return max(ring_allreduce_s(nbytes, gc, view.intra(c, spans_nodes=gc * stage.tp >
+                                                        topo.cluster(c).gpus_per_node))
+               for c, gc in zip(clusters, per_cluster))
+
+
+def wan_sync_s(grad_bytes: float, clusters: tuple[str, ...], view: TopologyView) -> float:
+    """The inter-cluster phase of a gradient sync over ``clusters`` (in ring order): the g shards'
+    rings and every tp shard cross the same WAN ring, so it carries ``2(N-1)/N x`` the stage's
+    whole gradient ``grad_bytes``."""
     n = len(clusters)
+    if n <= 1:
+        return 0.0
     ring = view.ring(clusters)
-    wan_bytes = nbytes * stage.tp  # every tp shard's gradient crosses the WAN
-    inter = 2 * (n - 1) * ring.alpha_s + 2 * (n - 1) / n * wan_bytes / ring.bytes_per_s
-    return intra, inter, tuple(sorted(clusters))
+    return 2 * (n - 1) * ring.alpha_s + 2 * (n - 1) / n * grad_bytes / ring.bytes_per_s
 
 
-def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
-                syncs: list[tuple] | None = None) -> list[StageCost]:
-    """Costs of one replica's stages; ``syncs`` (shared by all replicas) may be passed in."""
-    spec, topo = plan.job.spec, view.topology
-    if syncs is None:
-        syncs = [sync_s(plan, i, view) for i in range(plan.depth)]
-    stages = plan.replicas[replica]
-    per_rank = spec.boundary_bytes(plan.micro_batch_size, plan.job.seq_len)
-
-    def send(a: str, b: str) -> tuple[float, float]:
-        """(transfer time, its latency part) of one micro-batch's boundary tensor from a to b.
-        Inside a cluster each DP group has its own NIC; across clusters all ``dp`` groups'
-        transfers squeeze through the same WAN path."""
-        chan = view.p2p(a, b)
-        return chan.time(per_rank if a == b else plan.dp * per_rank), chan.alpha_s
-
-    out = []
-    for i, st in enumerate(stages):
-        fwd, bwd = stage_compute_s(plan, st, topo, view.calibration)
-        send_f, lat_f = send(st.cluster, stages[i + 1].cluster) if i + 1 < len(stages) else (0.0, 0.0)
-        send_b, lat_b = send(st.cluster, stages[i - 1].cluster) if i > 0 else (0.0, 0.0)
-        out.append(StageCost(fwd, bwd, send_f, send_b, *syncs[i], send_forward_latency_s=lat_f,
-                             send_backward_latency_s=lat_b))
-    return out
+def sync_s(plan: Plan, stage_index: int, view: TopologyView) -> tuple[float, float, tuple[str, ...]]:
+    """Gradient all-reduce of stage ``stage_index``: (intra-cluster s, inter-cluster s, ring key)."""
+    clusters = tuple(dict.fromkeys(rep[stage_index].cluster for rep in plan.replicas))
+    grads = stage_params(plan, plan.stages[stage_index]) * GRAD_BYTES_PER_PARAM
+    wan = wan_sync_s(grads, clusters, view)
+    return intra_sync_s(plan, stage_index, view), wan, tuple(sorted(clusters)) if wan else ()

@@ -77,9 +77,10 @@ def test_plan_set_mixes_shapes_and_fits_the_hosts():
     for path in ("topologies/default.yaml", "topologies/paper8.yaml"):
         topo = load_topology(path)
         cases = plan_cases(topo, topo.name)
+        view = emulated_view(topo, NetConfig())
         assert {"pipeline", "data-parallel", "mixed", "local"} <= {c.shape for c in cases}
         for c in cases:
             plan = c.plan(5)
             assert plan.global_batch == plan.job.global_batch and plan.gpus == plan.job.gpus
-            assert max(ranks_per_cluster(plan).values()) <= hosts_needed(cases)
+            assert max(ranks_per_cluster(plan, view).values()) <= hosts_needed(cases, view)
     assert len(plan_cases(DEFAULT, "d")) + len(plan_cases(load_topology("topologies/paper8.yaml"), "p")) >= 10

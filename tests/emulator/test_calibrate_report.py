@@ -20,7 +20,7 @@ from emulator.calibrate.report import write_report
 DATA = Path(__file__).parent / "data" / "calib_small"
 FIGURES = ("links.png", "plans_scatter.png", "timeline.png", "bandwidth_vs_size.png")
 MAPE = re.compile(r"^MAPE uncalibrated (\d+\.\d)% -> calibrated (\d+\.\d)% over (\d+) plans "
-                  r"\(scale (\S+), delay by (\S+)\)$")
+                  r"\(scale (\S+), dilation (\S+), delay by (\S+)\)$")
 
 
 def copy_run(tmp_path: Path) -> Path:
@@ -55,7 +55,8 @@ def test_first_line_is_the_mape_of_the_plans_that_ran(report):
     assert n == 3  # the failed plan is left out
     assert (float(match[1]), float(match[2]), int(match[3])) == (round(unc, 1), round(cal, 1), n)
     config = json.loads((run / "config.json").read_text())
-    assert float(match[4]) == config["scale"] and match[5] == config["mechanism"]
+    assert float(match[4]) == config["scale"] and match[6] == config["mechanism"]
+    assert float(match[5]) == config.get("dilation", 1)  # older runs: no dilation, K = 1
 
 
 def test_fits_json_is_the_refit_of_microbench_and_the_links_table_shows_it(report):
@@ -149,9 +150,9 @@ def test_a_bad_line_is_one_line_naming_file_and_line(tmp_path, capsys):
 
 
 def test_config_alone_gives_a_report_that_says_what_is_missing(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"scale": 4, "mechanism": "netem"}))
+    (tmp_path / "config.json").write_text(json.dumps({"scale": 4, "dilation": 2, "mechanism": "netem"}))
     text = write_report(tmp_path).read_text()
-    assert "MAPE: no measured plans (0 in plans.jsonl; scale 4, delay by netem)" in text
+    assert "MAPE: no measured plans (0 in plans.jsonl; scale 4, dilation 2, delay by netem)" in text
     assert "No p2p measurements" in text and not (tmp_path / "figures").exists()
 
 

@@ -4,11 +4,13 @@ import pytest
 
 from emulator import cli
 from emulator.compute import ProxyShape, proxy_forward_flops
-from emulator.launch import (emulated_topology, emulated_view, predict_emulated, rank_slots, rank_specs,
-                             ranks_per_cluster)
+from emulator.launch import emulated_topology, emulated_view, predict_emulated, rank_specs, ranks_per_cluster
 from emulator.plan import NetConfig
 from emulator.runner import RunConfig
+from spiderflow.costmodel import plan_work, predict
+from spiderflow.costmodel.schedule import simulate_1f1b
 from spiderflow.costmodel.stages import stage_compute_s, stage_params, sync_s
+from spiderflow.costmodel.work import price
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import Job
 from spiderflow.topology import parse_topology
@@ -34,17 +36,19 @@ def plan_across() -> Plan:
     return Plan(job=JOB, replicas=(rep,), dp=4, micro_batch_size=1, micro_batches=8)
 
 
-def specs(plan, scale=10.0):
-    view = emulated_view(TOPO, NetConfig(scale=scale))
-    return view, rank_specs(plan, view, job_id="j", master_addr="10.1.0.10", master_port=29500, scale=scale,
-                            iterations=6, out_dir="/tmp/x")
+def specs(plan, scale=10.0, dilation=1.0, **kw):
+    view = emulated_view(TOPO, NetConfig(scale=scale, dilation=dilation))
+    return view, rank_specs(plan_work(plan, view), master_addr="10.1.0.10", master_port=29500, scale=scale,
+                            dilation=dilation, iterations=6, out_dir="/tmp/x", **kw)
 
 
 def test_one_rank_per_replica_stage():
     plan = plan_two_replicas()
-    assert [(s.rank, s.replica, s.stage, s.cluster) for s in rank_slots(plan)] == [
+    view = emulated_view(TOPO, NetConfig())
+    work = plan_work(plan, view)
+    assert [(w.rank, w.replica, w.stage, w.cluster) for w in work.ranks] == [
         (0, 0, 0, "east"), (1, 0, 1, "east"), (2, 1, 0, "west"), (3, 1, 1, "west")]
-    assert ranks_per_cluster(plan) == {"east": 2, "west": 2}
+    assert ranks_per_cluster(plan, view) == {"east": 2, "west": 2} == work.ranks_per_cluster()
 
 
 def test_wan_boundary_carries_dp_groups_intra_boundary_one_group():
@@ -67,6 +71,44 @@ def test_sync_is_real_across_clusters_and_slept_inside():
         assert (s.forward_s, s.backward_s) == stage_compute_s(plan, stage, view.topology, view.calibration)
     _, across = specs(plan_across())
     assert across[0].sync_groups == [[], []]  # one replica: nothing crosses the WAN
+
+
+@pytest.mark.parametrize("scale,dilation", [(1.0, 1.0), (10.0, 1.0), (10.0, 4.0), (25.0, 8.0)])
+@pytest.mark.parametrize("make", [plan_two_replicas, plan_across])
+def test_rank_specs_carry_the_cost_models_work_items_unchanged(make, scale, dilation):
+    """The one contract: bytes / scale, times x dilation, layout and groups as the cost model has them."""
+    plan = make()
+    view, ss = specs(plan, scale, dilation, timeout_s=30.0)
+    work = plan_work(plan, view)
+    assert len(ss) == work.world_size == len(work.ranks)
+    for w, s in zip(work.ranks, ss):
+        assert (s.rank, s.replica, s.stage, s.world_size, s.depth) == (w.rank, w.replica, w.stage, work.world_size,
+                                                                        work.depth)
+        assert (s.prev_rank, s.next_rank) == (w.prev_rank, w.next_rank)
+        assert (s.micro_batches, s.recompute) == (work.micro_batches, work.recompute)
+        assert s.forward_s == pytest.approx(w.forward_s * dilation)
+        assert s.backward_s == pytest.approx(w.backward_s * dilation)
+        assert s.sync_intra_s == pytest.approx(w.sync_intra_s * dilation)
+        assert s.timeout_s == pytest.approx(30.0 * dilation)
+        assert s.grad_bytes == max(4, round(w.grad_bytes / scale))
+        if w.next_rank is not None:
+            assert s.activation_bytes == max(4, round(w.next_bytes / scale))
+        if w.prev_rank is not None:
+            assert s.prev_activation_bytes == max(4, round(w.prev_bytes / scale))
+        assert s.sync_groups == [[list(g) for g in stage] for stage in work.sync_groups]
+
+
+def test_predict_prices_exactly_the_work_items():
+    """predict's timeline is the 1F1B schedule of the priced work items of its slowest replica."""
+    plan = plan_across()
+    view = emulated_view(TOPO, NetConfig())
+    work = plan_work(plan, view)
+    costs = price(list(work.ranks), view)
+    assert predict(plan, view, check_memory=False).timeline == simulate_1f1b(costs, plan.micro_batches)
+    w0 = work.ranks[0]
+    chan = view.p2p("east", "west")
+    assert costs[0].send_forward_s == pytest.approx(chan.alpha_s + w0.next_bytes / chan.bytes_per_s)
+    assert costs[0].forward_s == w0.forward_s
 
 
 def test_emulated_view_caps_intra_bandwidth_at_the_wire_cap():
@@ -96,7 +138,7 @@ def test_real_compute_specs_carry_proxies_of_the_stages_forward_flops():
     rate = 1e11  # FLOP/s of one core, as the runner's probe would measure it
     plan = plan_across()  # stage 0: tp 2 (NVLink time in forward_s), stage 1: the head too
     view = emulated_view(TOPO, NetConfig(scale=10.0))
-    real = rank_specs(plan, view, job_id="j", master_addr="10.1.0.10", master_port=29500, scale=10.0,
+    real = rank_specs(plan_work(plan, view), master_addr="10.1.0.10", master_port=29500, scale=10.0,
                       iterations=6, out_dir="/tmp/x", compute="real", cpu_flops_per_s=rate)
     for s in real:
         stage = plan.replicas[0][s.stage]
@@ -110,12 +152,12 @@ def test_real_compute_specs_carry_proxies_of_the_stages_forward_flops():
 
 
 def test_real_compute_needs_a_cpu_rate_and_a_known_mode():
-    view = emulated_view(TOPO, NetConfig(scale=10.0))
-    kw = dict(job_id="j", master_addr="a", master_port=1, scale=10.0, iterations=6, out_dir="/tmp/x")
+    work = plan_work(plan_across(), emulated_view(TOPO, NetConfig(scale=10.0)))
+    kw = dict(master_addr="a", master_port=1, scale=10.0, iterations=6, out_dir="/tmp/x")
     with pytest.raises(ValueError, match="cpu_flops_per_s"):
-        rank_specs(plan_across(), view, compute="real", **kw)
+        rank_specs(work, compute="real", **kw)
     with pytest.raises(ValueError, match="'gpu'"):
-        rank_specs(plan_across(), view, compute="gpu", cpu_flops_per_s=1e9, **kw)
+        rank_specs(work, compute="gpu", cpu_flops_per_s=1e9, **kw)
     with pytest.raises(ValueError, match="compute.*'gpu'"):
         RunConfig(compute="gpu")
     assert RunConfig(compute="real").compute == "real"
@@ -133,12 +175,13 @@ def test_specs_of_a_three_stage_plan_run_over_loopback(tmp_path):
 
     rep = (Stage(cluster="east", layer_start=0, layer_end=4), Stage(cluster="east", layer_start=4, layer_end=8),
            Stage(cluster="west", layer_start=8, layer_end=12))
-    plan = Plan(job=JOB, replicas=(rep,), dp=2, micro_batch_size=1, micro_batches=4)
+    plan = Plan(job=Job(**{**JOB.__dict__, "job_id": "t"}), replicas=(rep,), dp=2, micro_batch_size=1,
+                micro_batches=4)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     view = emulated_view(TOPO, NetConfig(scale=100.0))
-    ss = rank_specs(plan, view, job_id="t", master_addr="127.0.0.1", master_port=port, scale=100.0,
+    ss = rank_specs(plan_work(plan, view), master_addr="127.0.0.1", master_port=port, scale=100.0,
                     iterations=3, out_dir=str(tmp_path), timeout_s=60)
     assert abs(ss[1].prev_activation_bytes * 2 - ss[1].activation_bytes) <= 1
     assert ss[1].activation_bytes == ss[2].prev_activation_bytes

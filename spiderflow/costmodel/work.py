@@ -1,0 +1,162 @@
+"""A plan -> the work of each of its ranks: the contract between the cost model and the emulator.
+
+One rank per (replica, stage) of a plan, rank ``replica * depth + stage``
+(docs/emulator-run.md). The stage's ``dp`` in-stage data-parallel groups and
+their ``tp`` GPUs sit in one cluster and are folded into that rank. Per rank,
+in real-equivalent units (seconds on the real GPUs, bytes of the real job):
+
+- ``forward_s`` / ``backward_s``: the stage's compute for one micro-batch
+  (:func:`~spiderflow.costmodel.stages.stage_compute_s`, TP traffic included);
+  the ``dp`` groups run in parallel, so that is the stage's time too;
+- ``next_bytes`` / ``prev_bytes``: one micro-batch's boundary tensor with the
+  next / previous stage (activations one way, their gradient the other, the
+  same size). Across clusters all ``dp`` groups' tensors squeeze through the
+  same WAN path, so the rank moves ``dp x`` one group's bytes; inside a
+  cluster each group has its own NIC, so the rank moves one group's bytes;
+- ``grad_bytes``: the stage's whole gradient (every tp shard, bf16): what its
+  inter-cluster all-reduce carries over the ring of ``sync_clusters``;
+- ``sync_intra_s``: the intra-cluster part of the gradient sync.
+
+``predict`` and ``estimate`` price exactly these items (:func:`price`), and
+``emulator`` launches exactly these (dividing bytes by its scale, multiplying
+times by its dilation): neither side derives a byte count or a rank layout
+of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spiderflow.costmodel.network import TopologyView
+from spiderflow.costmodel.stages import StageCost, intra_sync_s, stage_compute_s, stage_params, wan_sync_s
+from spiderflow.plan import Plan
+from spiderflow.workload import GRAD_BYTES_PER_PARAM
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankWork:
+    rank: int
+    replica: int
+    stage: int
+    cluster: str
+    layers: int  # transformer layers of the stage
+    forward_s: float  # one micro-batch
+    backward_s: float
+    prev_rank: int | None
+    next_rank: int | None
+    prev_cluster: str | None
+    next_cluster: str | None
+    prev_bytes: float  # per micro-batch, each way, with the previous stage (0 for the first)
+    next_bytes: float  # per micro-batch, each way, with the next stage (0 for the last)
+    grad_bytes: float  # the stage's gradient, every tp shard
+    sync_clusters: tuple[str, ...]  # the stage's replicas' clusters, in ring order; one: no WAN sync
+    sync_intra_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanWork:
+    job_id: str
+    depth: int
+    micro_batches: int
+    micro_batch_size: int
+    seq_len: int
+    recompute: bool
+    ranks: tuple[RankWork, ...]  # in rank order
+    # per stage: its replicas' ranks grouped by cluster (order of first appearance); () where every
+    # replica of the stage sits in one cluster (that sync is intra-cluster only)
+    sync_groups: tuple[tuple[tuple[int, ...], ...], ...]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    def ranks_per_cluster(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for w in self.ranks:
+            out[w.cluster] = out.get(w.cluster, 0) + 1
+        return out
+
+
+def stage_syncs(plan: Plan, view: TopologyView) -> list[tuple[float, tuple[str, ...]]]:
+    """Per stage: (intra-cluster sync seconds, its replicas' clusters in order of first appearance)."""
+    out = []
+    for i in range(plan.depth):
+        clusters = tuple(dict.fromkeys(rep[i].cluster for rep in plan.replicas))
+        out.append((intra_sync_s(plan, i, view), clusters))
+    return out
+
+
+def replica_work(plan: Plan, view: TopologyView, replica: int,
+                 syncs: list[tuple[float, tuple[str, ...]]] | None = None) -> list[RankWork]:
+    """The work items of one replica's ranks (stage order)."""
+    syncs = stage_syncs(plan, view) if syncs is None else syncs
+    group = plan.job.spec.boundary_bytes(plan.micro_batch_size, plan.job.seq_len)
+    stages = plan.replicas[replica]
+    depth = len(stages)
+
+    def boundary(a: str, b: str) -> float:
+        return group if a == b else plan.dp * group
+
+    out = []
+    for i, st in enumerate(stages):
+        fwd, bwd = stage_compute_s(plan, st, view.topology, view.calibration)
+        prev_c = stages[i - 1].cluster if i > 0 else None
+        next_c = stages[i + 1].cluster if i + 1 < depth else None
+        rank = replica * depth + i
+        out.append(RankWork(
+            rank=rank, replica=replica, stage=i, cluster=st.cluster, layers=st.layers,
+            forward_s=fwd, backward_s=bwd,
+            prev_rank=rank - 1 if prev_c else None, next_rank=rank + 1 if next_c else None,
+            prev_cluster=prev_c, next_cluster=next_c,
+            prev_bytes=boundary(prev_c, st.cluster) if prev_c else 0.0,
+            next_bytes=boundary(st.cluster, next_c) if next_c else 0.0,
+            grad_bytes=float(stage_params(plan, st) * GRAD_BYTES_PER_PARAM),
+            sync_clusters=syncs[i][1], sync_intra_s=syncs[i][0]))
+    return out
+
+
+def _sync_groups(plan: Plan) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    groups = []
+    for i in range(plan.depth):
+        by_cluster: dict[str, list[int]] = {}
+        for r, rep in enumerate(plan.replicas):
+            by_cluster.setdefault(rep[i].cluster, []).append(r * plan.depth + i)
+        groups.append(tuple(tuple(v) for v in by_cluster.values()) if len(by_cluster) > 1 else ())
+    return tuple(groups)
+
+
+def plan_work(plan: Plan, view: TopologyView) -> PlanWork:
+    """Every rank's work item (memoised on the view)."""
+    key = ("work", plan)
+    if key not in view._memo:
+        syncs = stage_syncs(plan, view)
+        ranks = tuple(w for r in range(len(plan.replicas)) for w in replica_work(plan, view, r, syncs))
+        view._memo[key] = PlanWork(job_id=plan.job.job_id, depth=plan.depth, micro_batches=plan.micro_batches,
+                                   micro_batch_size=plan.micro_batch_size, seq_len=plan.job.seq_len,
+                                   recompute=plan.recompute, ranks=ranks, sync_groups=_sync_groups(plan))
+    return view._memo[key]
+
+
+def price(items: list[RankWork], view: TopologyView) -> list[StageCost]:
+    """The cost of one replica's work items (stage order) on ``view``: p2p ``alpha + n / beta`` over
+    each boundary's path, the WAN sync a ring over the stage's clusters (DESIGN.md)."""
+    out = []
+    for w in items:
+        send_f = lat_f = send_b = lat_b = 0.0
+        if w.next_cluster is not None:
+            chan = view.p2p(w.cluster, w.next_cluster)
+            send_f, lat_f = chan.time(w.next_bytes), chan.alpha_s
+        if w.prev_cluster is not None:
+            chan = view.p2p(w.cluster, w.prev_cluster)
+            send_b, lat_b = chan.time(w.prev_bytes), chan.alpha_s
+        wan = wan_sync_s(w.grad_bytes, w.sync_clusters, view) if len(w.sync_clusters) > 1 else 0.0
+        out.append(StageCost(w.forward_s, w.backward_s, send_f, send_b, w.sync_intra_s, wan,
+                             tuple(sorted(w.sync_clusters)) if wan else (), send_forward_latency_s=lat_f,
+                             send_backward_latency_s=lat_b))
+    return out
+
+
+def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
+                syncs: list[tuple[float, tuple[str, ...]]] | None = None) -> list[StageCost]:
+    """Costs of one replica's stages: its work items, priced (``syncs`` may be shared by replicas)."""
+    return price(replica_work(plan, view, replica, syncs), view)
