@@ -36,6 +36,17 @@ def sysctl_command(values: dict[str, str]) -> list[str]:
     return ["sysctl", "-q", "-w", *(f"{key}={value}" for key, value in values.items())]
 
 
+def local_resolver_commands(resolv_conf: str) -> list[list[str]]:
+    """Inside one host's own mount namespace: ``/etc/resolv.conf`` -> a file naming only 127.0.0.1.
+
+    torch's TCPStore looks up each connecting peer's hostname; in a host namespace that DNS query
+    goes to the gateway, which answers "unreachable" about once a second per host, so most lookups
+    wait out glibc's 5 s timeout and a job's start-up with them. With no server on 127.0.0.1 the
+    lookup fails at once. The namespace is made private first, so the bind mount can never
+    propagate to the machine's own /etc/resolv.conf."""
+    return [["mount", "--make-rprivate", "/"], ["mount", "--bind", resolv_conf, "/etc/resolv.conf"]]
+
+
 def namespace_sysctls(tcp_max_bytes: int, *, router: bool) -> dict[str, str]:
     """Per-namespace settings: TCP autotuning room for the largest BDP, no IPv6 chatter.
 

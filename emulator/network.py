@@ -242,6 +242,7 @@ class Emulation:
             self._net.addLink(self._nodes[self.plan.cluster(link.a).router.name],
                               self._nodes[self.plan.cluster(link.b).router.name],
                               intfName1=wan_dev(link.b), intfName2=wan_dev(link.a))
+        self._local_resolver()
         netem = self.mechanism == "netem"
         for name, commands in cmd.plan_commands(self.plan, netem=netem).items():
             self.executor.run_all(name, self._nodes[name].pid, commands)
@@ -253,6 +254,20 @@ class Emulation:
                  f"{len(self.plan.links)} WAN links, delay by {self.mechanism}, scale {self.scale:g}, "
                  f"dilation {self.config.dilation:g} "
                  f"({self.build_s:.1f} s)")
+
+    def _local_resolver(self) -> None:
+        """Every host gets a resolv.conf of its own (:func:`emulator.commands.local_resolver_commands`),
+        bind-mounted in its own mount namespace; refused if a host shares ours."""
+        resolv = self._run_dir / "resolv.conf"
+        resolv.write_text("# emulated host: no DNS server (a lookup fails at once)\nnameserver 127.0.0.1\n")
+        ours = os.readlink("/proc/self/ns/mnt")
+        for c in self.plan.clusters:
+            for h in c.hosts:
+                pid = self._nodes[h.name].pid
+                if os.readlink(f"/proc/{pid}/ns/mnt") == ours:
+                    raise EmulatorError(f"{h.name}: shares the machine's mount namespace; not binding "
+                                        "/etc/resolv.conf there")
+                self.executor.run_all(h.name, pid, cmd.local_resolver_commands(str(resolv)))
 
     def _start_delay_daemons(self) -> None:
         started = []

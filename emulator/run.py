@@ -12,6 +12,7 @@ per-job table (or ``--json``) to stdout. Results are written to ``--out``:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime as dt
 import json
@@ -28,6 +29,7 @@ from emulator.dilation import Choice, choose_dilation, measure_op_overhead_s
 from emulator.errors import EmulatorError
 from emulator.launch import emulated_view, predict_emulated
 from emulator.plan import NetConfig
+from emulator.pool import RankPool
 from emulator.runner import JobRun, RunConfig, Runner
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, plan_work
 from spiderflow.errors import InfeasiblePlan
@@ -67,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slow-start-after-idle", action="store_true",
                         help="keep the kernel's TCP slow start after idle (default: off in the emulated hosts, "
                              "so a pipeline transfer costs alpha + n / beta as the cost model assumes)")
+    parser.add_argument("--cold-start", action="store_true",
+                        help="start every rank as a new Python process that imports torch (default: fork it from "
+                             "a warm rank pool that imported torch once, emulator/pool.py)")
     parser.add_argument("--calibration", default=None, metavar="FILE",
                         help="calibration JSON from `emulator calibrate`: the planner and the predictions use it")
     parser.add_argument("--out", default=None, help="output directory (default runs/<timestamp>)")
@@ -131,6 +136,7 @@ def main(args: argparse.Namespace) -> int:
               "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
               "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp,
               "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
+              "rank_start": "cold" if args.cold_start else "warm pool", "argv": sys.argv,
               "scale": net.scale, "dilation": net.dilation, "dilation_reason": choice.reason,
               "net": asdict(net), "started": dt.datetime.now().isoformat(timespec="seconds")}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
@@ -143,9 +149,10 @@ def main(args: argparse.Namespace) -> int:
     runner = None
     mechanism = None
     try:
-        with Emulation(topo, net, log=progress) as emu:
+        with Emulation(topo, net, log=progress) as emu, contextlib.ExitStack() as stack:
             mechanism = emu.mechanism
-            runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress)
+            pool = None if args.cold_start else stack.enter_context(RankPool(emu, log=progress))
+            runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress, pool=pool)
             if runner.cpu_flops_per_s is not None:  # probed by the Runner: config.json gets it too
                 config["cpu_flops_per_s"] = runner.cpu_flops_per_s
                 (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")

@@ -41,6 +41,7 @@ from pathlib import Path
 from emulator.compute import COMPUTE_MODES, cpu_flops_per_s
 from emulator.launch import describe_plan, emulated_view, predict_emulated, rank_specs, ranks_per_cluster
 from emulator.plan import HostPlan, NetConfig
+from emulator.state import MARKER_ENV
 from emulator.worker import STARTUP_NICE_ENV, RankSpec, rank_env
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, plan_work
 from spiderflow.errors import InfeasiblePlan
@@ -107,7 +108,7 @@ def warm_tcp(emu) -> None:
 class Rank:
     spec: RankSpec
     host: HostPlan
-    proc: subprocess.Popen
+    proc: subprocess.Popen  # or an emulator.pool.PooledProcess (same interface)
     exit: int | None = None
 
 
@@ -166,8 +167,11 @@ class JobRun:
 
 class Runner:
     def __init__(self, topology: Topology, jobs: Sequence[Job], config: RunConfig, emu, *, out_dir: Path,
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+                 log: Callable[[str], None] = lambda _m: None, pool=None) -> None:
+        """``pool``: a :class:`emulator.pool.RankPool` on ``emu`` that forks the ranks with torch already
+        imported; None starts each rank as a new process (``python -m emulator.worker``)."""
         self.topo, self.cfg, self.emu, self.out, self.log = topology, config, emu, Path(out_dir), log
+        self.pool = pool
         self.rank_dir = self.out / "ranks"
         self.rank_dir.mkdir(parents=True, exist_ok=True)
         self.k = config.dilation
@@ -303,12 +307,18 @@ class Runner:
             spec.dump(path)
             env = {**os.environ, **rank_env(host.intf, host.name, spec.backend), STARTUP_NICE_ENV: "1",
                    "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-            logfile = open(self.rank_dir / f"{job.job_id}-r{spec.rank}.log", "wb")
-            argv = ["nice", "-n", str(STARTUP_NICE), sys.executable, "-m", "emulator.worker", str(path)]
-            proc = self.emu.popen(host.name, argv, env=env,
-                                  role=f"{job.job_id}/r{spec.rank}", stdout=logfile, stderr=subprocess.STDOUT,
-                                  cwd=str(REPO))
-            logfile.close()
+            log_path = self.rank_dir / f"{job.job_id}-r{spec.rank}.log"
+            role = f"{job.job_id}/r{spec.rank}"
+            if self.pool is not None:
+                proc = self.pool.start(module="emulator.worker", args=[str(path)],
+                                       env={**env, MARKER_ENV: self.emu.run_id}, log_path=str(log_path),
+                                       ns_pid=self.emu.node(host.name).pid, nice=STARTUP_NICE, cwd=str(REPO),
+                                       role=f"{role}@{host.name}")
+            else:
+                with open(log_path, "wb") as logfile:
+                    argv = ["nice", "-n", str(STARTUP_NICE), sys.executable, "-m", "emulator.worker", str(path)]
+                    proc = self.emu.popen(host.name, argv, env=env, role=role, stdout=logfile,
+                                          stderr=subprocess.STDOUT, cwd=str(REPO))
             j.ranks.append(Rank(spec=spec, host=host, proc=proc))
             self._launched.write(json.dumps({"job_id": job.job_id, "rank": spec.rank, "pid": proc.pid,
                                              "host": host.name, "ip": host.ip, "t": j.start_s}) + "\n")

@@ -65,6 +65,7 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
     from emulator.calibrate.plans import hosts_needed, plan_cases, run_case
     from emulator.launch import emulated_view
     from emulator.network import Emulation
+    from emulator.pool import RankPool
     from emulator.runner import warm_tcp
 
     cases = plan_cases(topo, topo.name) if with_plans else []
@@ -72,7 +73,7 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
                                                           if cases else []))
     net = NetConfig(**{**asdict(net), "hosts_per_cluster": hosts})
     cal_path = out / f"calibration-{topo.name}.json"
-    with Emulation(topo, net, log=log) as emu:
+    with Emulation(topo, net, log=log) as emu, RankPool(emu, log=log) as pool:
         mechanism = emu.mechanism
         warm_tcp(emu)
         t0 = time.monotonic()
@@ -87,7 +88,8 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
         cfg = RunConfig(**{**run_cfg.__dict__, "net": net})
         (out / "timelines").mkdir(exist_ok=True)
         for case in cases:
-            record, timeline = run_case(emu, topo, case, cfg, calibration, out_dir=out / "plans", log=log)
+            record, timeline = run_case(emu, topo, case, cfg, calibration, out_dir=out / "plans", log=log,
+                                        pool=pool)
             _append(out / "plans.jsonl", [record])
             if timeline is not None:
                 (out / "timelines" / f"{case.plan_id}.json").write_text(json.dumps(timeline) + "\n")

@@ -124,10 +124,10 @@ def measured_timeline(runner: Runner, j: JobRun, iteration: int) -> list[dict]:
 
 
 def run_case(emu, topology: Topology, case: PlanCase, config: RunConfig, calibration: Calibration, *,
-             out_dir: Path, log: Callable[[str], None]) -> tuple[dict, dict | None]:
+             out_dir: Path, log: Callable[[str], None], pool=None) -> tuple[dict, dict | None]:
     """Run one plan alone; return its ``plans.jsonl`` record and its timeline document (None if it failed)."""
     plan = case.plan(config.iterations)
-    runner = _FixedPlanRunner(topology, [plan.job], config, emu, out_dir=out_dir, log=log, plan=plan)
+    runner = _FixedPlanRunner(topology, [plan.job], config, emu, out_dir=out_dir, log=log, plan=plan, pool=pool)
     try:
         runner.run()
     except BaseException:

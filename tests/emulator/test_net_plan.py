@@ -112,6 +112,21 @@ def test_scale_divides_bandwidth_not_latency_and_caps_intra():
     assert plan.cluster("oregon").intra.delay_ms == topo.cluster("oregon").intra_cluster_latency_ms
 
 
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_dilation_divides_rates_multiplies_delays_and_keeps_buffers(k):
+    topo = load_topology(SHIPPED[0])
+    base = build_plan(topo, NetConfig(scale=10, intra_cap_mbps=500))
+    slow = build_plan(topo, NetConfig(scale=10, intra_cap_mbps=500, dilation=k))
+    for c0, ck in zip(base.clusters, slow.clusters):
+        assert ck.intra.goodput_mbps == pytest.approx(c0.intra.goodput_mbps / k)  # the cap / K too
+        assert ck.intra.delay_ms == pytest.approx(c0.intra.delay_ms * k)
+        assert ck.tcp_max_bytes == c0.tcp_max_bytes
+        for p0, pk in zip(c0.router.wan, ck.router.wan):
+            assert pk.shape.goodput_mbps == pytest.approx(p0.shape.goodput_mbps / k)
+            assert pk.shape.delay_ms == pytest.approx(p0.shape.delay_ms * k)
+            assert pk.shape.queue_bytes == pytest.approx(p0.shape.queue_bytes, rel=1e-6)  # rate x delay
+
+
 def test_router_queue_is_one_bdp_and_tcp_buffers_cover_four():
     topo = load_topology(SHIPPED[0])
     plan = build_plan(topo, NetConfig(scale=10))
@@ -135,6 +150,9 @@ def test_routes_cover_every_remote_cluster():
     ({"intra_cap_mbps": -1}, "intra_cap_mbps"),
     ({"delay": "tbf"}, "delay"),
     ({"queue_bdp": 0}, "queue_bdp"),
+    ({"dilation": 0.5}, "dilation"),
+    ({"dilation": float("nan")}, "dilation"),
+    ({"dilation": True}, "dilation"),
 ])
 def test_config_validation_names_the_field(kwargs, field):
     with pytest.raises(EmulatorError, match=field):

@@ -1,0 +1,29 @@
+"""Tiny ``main(args)`` entry points for children of the rank pool (tests/emulator/test_rank_pool.py).
+
+``raise``: fails with a RuntimeError; ``sleep S``: sleeps S seconds; ``exit N``: returns N;
+``report PATH``: writes what the child sees (namespaces, session, nice, cwd, environment) to PATH as JSON.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+
+def main(args: list[str]) -> int:
+    what, *rest = args
+    if what == "raise":
+        raise RuntimeError("boom from a pooled child")
+    if what == "sleep":
+        time.sleep(float(rest[0]))
+        return 0
+    if what == "exit":
+        return int(rest[0])
+    if what == "report":
+        Path(rest[0]).write_text(json.dumps({
+            "ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "mnt")},
+            "pid": os.getpid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
+            "nice": os.getpriority(os.PRIO_PROCESS, 0), "cwd": os.getcwd(), "env": dict(os.environ)}))
+        print("reported", flush=True)
+        return 0
+    raise SystemExit(f"unknown target {what!r}")

@@ -1,0 +1,106 @@
+"""Time dilation (pure, no root): auto's choice, the CLI value, real-equivalent check results, measured / K."""
+
+import argparse
+import json
+
+import pytest
+
+from emulator.check import real_equivalent
+from emulator.dilation import CANDIDATES, ERROR_BUDGET, choose_dilation, critical_ops, distortion, parse_dilation
+from emulator.launch import emulated_view
+from emulator.measure import Result, Target
+from emulator.plan import NetConfig
+from emulator.runner import JobRun, Rank, RunConfig, Runner
+from emulator.worker import RankSpec
+from spiderflow.costmodel import plan_work
+from spiderflow.plan import Plan, Stage
+from spiderflow.topology import parse_topology
+from spiderflow.workload import Job
+
+TOPO = parse_topology({
+    "name": "two",
+    "clusters": [{"name": "east", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
+                 {"name": "west", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}],
+    "links": [{"a": "east", "b": "west", "bandwidth_gbps": 1.0, "latency_ms": 10.0}],
+}, source="<test>")
+
+
+def work(micro_batches=8, stages=("east", "west"), replicas=1):
+    job = Job(job_id="j", arrival_s=0.0, model="gpt3-125m", gpus=2 * len(stages) * replicas, iterations=6,
+              global_batch=2 * micro_batches * replicas, seq_len=1024)
+    n = len(stages)
+    rep = tuple(Stage(cluster=c, layer_start=12 * i // n, layer_end=12 * (i + 1) // n) for i, c in enumerate(stages))
+    reps = (rep,) if replicas == 1 else (rep, tuple(Stage(cluster="west" if s.cluster == "east" else "east",
+                                                           layer_start=s.layer_start, layer_end=s.layer_end)
+                                                     for s in rep))
+    plan = Plan(job=job, replicas=reps, dp=2, micro_batch_size=1, micro_batches=micro_batches)
+    return plan_work(plan, emulated_view(TOPO, NetConfig()))
+
+
+def test_parse_dilation_takes_auto_or_a_number_in_range():
+    assert parse_dilation("auto") == "auto" and parse_dilation("4") == 4.0 and parse_dilation("1.5") == 1.5
+    for bad in ("0.5", "x", "nan", "100", "-2"):
+        with pytest.raises(argparse.ArgumentTypeError, match="auto"):
+            parse_dilation(bad)
+
+
+def test_critical_ops_count_1f1b_transfers_and_the_sync_ring():
+    assert critical_ops(work(8, ("east",))) == 2 * 8  # one stage: F and B per micro-batch
+    assert critical_ops(work(8)) == 2 * 2 * (8 + 1)  # 2 stages: m + S - 1 each way, a transfer after each
+    assert critical_ops(work(8, replicas=2)) == 2 * 2 * 9 + 2  # + a 2-rank ring: 2(p - 1) steps
+
+
+def test_auto_takes_the_smallest_k_within_budget_for_the_tightest_job():
+    w = work(8)
+    ops = critical_ops(w)
+    overhead = 1e-4
+    for target_k in CANDIDATES:
+        # an iteration time that needs exactly target_k: distortion at K=1 just above target_k/2 budgets
+        iteration = ops * overhead / (ERROR_BUDGET * target_k) * 1.01
+        choice = choose_dilation([("a", w, 100.0), ("tight", w, iteration)], overhead_s=overhead, peak_ranks=2,
+                                 cores=2)
+        assert choice.dilation == target_k, choice.reason
+        assert "tight" in choice.reason and f"K={target_k}" in choice.reason
+    assert distortion(ops, 1.0, overhead, 1.0, 4) == pytest.approx(ops * overhead / 4)
+
+
+def test_auto_caps_k_and_says_so_and_contention_counts():
+    w = work(8)
+    capped = choose_dilation([("j", w, 1e-4)], overhead_s=1e-4, peak_ranks=2, cores=2)
+    assert capped.dilation == CANDIDATES[-1] and "not met" in capped.reason
+    it = critical_ops(w) * 1e-4 / ERROR_BUDGET * 1.01  # within budget at K=1 alone
+    assert choose_dilation([("j", w, it)], overhead_s=1e-4, peak_ranks=2, cores=2).dilation == 1
+    assert choose_dilation([("j", w, it)], overhead_s=1e-4, peak_ranks=8, cores=2).dilation == 4
+    assert choose_dilation([], overhead_s=1e-4, peak_ranks=0).dilation == 1
+
+
+def test_check_reports_wire_measurements_in_real_equivalent_units():
+    t = Target(a="east", b="west", src="east-h0", dst="west-h0", src_ip="1", dst_ip="2", kind="wan",
+               configured_mbps=25.0, configured_delay_ms=40.0, mechanism="htb+nfqueue")  # at K = 4
+    r = real_equivalent(Result(target=t, measured_mbps=24.5, measured_delay_ms=40.8), 4)
+    assert (r.target.configured_mbps, r.measured_mbps) == (100.0, 98.0)
+    assert (r.target.configured_delay_ms, r.measured_delay_ms) == (10.0, pytest.approx(10.2))
+
+
+def test_runner_reports_iterations_and_startup_in_real_equivalent_and_wall_time(tmp_path):
+    """Rank lines 0.8 s apart at K = 4 are 0.2 s iterations; the start-up stays in wall seconds."""
+    from types import SimpleNamespace
+
+    k = 4.0
+    cfg = RunConfig(warm_tcp=False, iterations=4, warmup=1, net=NetConfig(dilation=k))
+    runner = Runner(TOPO, [], cfg, SimpleNamespace(hosts={}), out_dir=tmp_path)
+    job = Job(job_id="j", arrival_s=0.0, model="gpt3-125m", gpus=2, iterations=4, global_batch=2, seq_len=1024)
+    run = JobRun(job=job, arrival_s=0.0, start_s=1.0)  # launched 1 s real-equivalent = 4 s wall after t0
+    runner.t0 = 1000.0
+    for rank in (0, 1):
+        spec = RankSpec(job_id="j", rank=rank, world_size=2, master_addr="x", master_port=1, stage=rank, depth=2,
+                        micro_batches=1, iterations=4, forward_s=0.1, backward_s=0.2, activation_bytes=4,
+                        grad_bytes=4, prev_rank=None, next_rank=None)
+        run.ranks.append(Rank(spec=spec, host=None, proc=None))
+        start = 1000.0 + 4.0 + 0.5 + rank * 0.1  # first op 0.5 s wall after launch
+        lines = [{"event": "start", "mono": start}] + [
+            {"event": "iteration", "it": it, "end": 1.0 + 0.8 * it - rank * 0.1} for it in range(4)]
+        (tmp_path / "ranks" / f"j-r{rank}.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    runner._measure(run)
+    assert run.iteration_s == pytest.approx([0.2] * 3)  # intervals ending at iterations 1..3
+    assert run.startup_wall_s == pytest.approx(0.5)
