@@ -11,18 +11,25 @@ every modelled time in proportion and shrinks those fixed costs K-fold
 against it. The price: wall time x K.
 
 ``auto`` (:func:`choose_dilation`) picks the smallest K in
-:data:`CANDIDATES` whose predicted distortion stays within
-:data:`ERROR_BUDGET` for every job about to run, from
+:data:`CANDIDATES` under which every job about to run keeps its predicted
+distortion within :data:`ERROR_BUDGET`:
 
-- the per-op overhead measured on this machine now
-  (:func:`measure_op_overhead_s`: a short sleep's wake-up overshoot plus
-  :data:`GLOO_OP_S`), multiplied by the CPU contention (``ranks / cores``
-  when more ranks run than there are cores);
-- each job's plan: its iteration time and the operations on its critical
-  path per iteration (:func:`critical_ops`);
+    distortion(K) = ops x overhead x contention(K) / (K x iteration_s)
 
-so ``distortion(K) = ops x overhead x contention / (K x iteration_s)``.
-The run states K and this reason in every output.
+- ``ops``: the operations on the job's critical path per iteration
+  (:func:`critical_ops`), ``iteration_s`` its predicted iteration time;
+- ``overhead``: the per-op fixed cost on this machine now
+  (:func:`measure_op_overhead_s`: a 1 ms sleep's overshoot, measured, plus
+  :data:`PER_OP_S`);
+- ``contention(K) = 1 / (1 - rho / K)``: ``rho`` is the share of the cores
+  that all the jobs' fixed per-op costs would take at K = 1 if they all ran
+  at once (an upper bound); a K where ``rho / K >= 0.9`` is not taken.
+
+K = 8 is never chosen by ``auto``: on this machine pipelines across WAN links
+ran 8-10% slower than predicted at K = 8 whatever the congestion control
+(BBR, CUBIC, Reno), within 0-5% at K = 1, 2 and 4 (docs/emulator-run.md,
+"Time dilation"); ask for it with ``--dilation 8``. The run states K and
+the reason in every output.
 """
 
 from __future__ import annotations
@@ -35,11 +42,13 @@ from dataclasses import dataclass
 
 from spiderflow.costmodel import PlanWork
 
-CANDIDATES = (1, 2, 4, 8)
-ERROR_BUDGET = 0.01  # target distortion of an iteration time by fixed per-op costs
-# gloo's own cost per send/recv on this class of machine (Python call, bookkeeping, two syscalls),
-# measured over loopback: benchmarks/results/dilation.md
-GLOO_OP_S = 100e-6
+CANDIDATES = (1, 2, 4)
+ERROR_BUDGET = 0.03  # the tightest job's iteration time distorted by at most this by fixed per-op costs
+# A rank's own cost per emulated op beyond a sleep's overshoot (its Python, the op's JSON line, gloo's
+# call for a transfer): paper8's one-rank jobs of 16 ops per 17-51 ms iteration measured 13-17% slow at
+# K = 1 among 31 ranks, 0.13-0.18 ms per op (benchmarks/results/dilation.md)
+PER_OP_S = 100e-6
+MAX_LOAD = 0.9  # rho / K at or above this: the cores would be saturated by fixed costs alone
 SLEEP_PROBE_S = 0.001
 
 
@@ -69,7 +78,7 @@ def parse_dilation(text: str) -> float | str:
 
 def measure_op_overhead_s(samples: int = 50) -> float:
     """Per-op fixed cost now: median overshoot of a 1 ms sleep (timer slack cut to 1 us, as the
-    ranks have it) plus :data:`GLOO_OP_S`."""
+    ranks have it) plus :data:`PER_OP_S`."""
     try:
         import ctypes
 
@@ -81,7 +90,7 @@ def measure_op_overhead_s(samples: int = 50) -> float:
         t = time.perf_counter()
         time.sleep(SLEEP_PROBE_S)
         over.append(time.perf_counter() - t - SLEEP_PROBE_S)
-    return max(0.0, statistics.median(over)) + GLOO_OP_S
+    return max(0.0, statistics.median(over)) + PER_OP_S
 
 
 def critical_ops(work: PlanWork) -> int:
@@ -99,21 +108,32 @@ def distortion(ops: int, iteration_s: float, overhead_s: float, contention: floa
     return ops * overhead_s * contention / (k * iteration_s)
 
 
-def choose_dilation(jobs: list[tuple[str, PlanWork, float]], *, overhead_s: float, peak_ranks: int,
-                    cores: int | None = None) -> Choice:
-    """The smallest K of :data:`CANDIDATES` within :data:`ERROR_BUDGET` for every job (or the largest K).
+def choose_dilation(jobs: list[tuple[str, PlanWork, float]], *, overhead_s: float, cores: int | None = None,
+                    one_at_a_time: bool = False) -> Choice:
+    """The smallest K of :data:`CANDIDATES` within :data:`ERROR_BUDGET` for every job (else the largest).
 
     ``jobs``: (job id, its work, its predicted iteration time in real-equivalent seconds);
-    ``peak_ranks``: how many ranks may run at once (an upper bound)."""
+    ``one_at_a_time``: the jobs never run together (calibration's plan set), so ``rho`` is the
+    largest job's, not their sum."""
     cores = cores or os.cpu_count() or 1
-    contention = max(1.0, peak_ranks / cores)
     if not jobs:
         return Choice(dilation=1.0, reason="no job to size it by")
-    worst_id, worst = max(((jid, distortion(critical_ops(w), it, overhead_s, contention, 1.0))
-                           for jid, w, it in jobs), key=lambda x: x[1])
-    k = next((c for c in CANDIDATES if worst / c <= ERROR_BUDGET), CANDIDATES[-1])
+    loads = [critical_ops(w) * overhead_s / it for _jid, w, it in jobs]
+    rho = (max(loads) if one_at_a_time else sum(loads)) / cores
+
+    def worst(k: float) -> tuple[float, str]:
+        if rho / k >= MAX_LOAD:
+            return float("inf"), "the cores"
+        cont = 1.0 / (1.0 - rho / k)
+        return max((distortion(critical_ops(w), it, overhead_s, cont, k), jid) for jid, w, it in jobs)
+
+    k = next((c for c in CANDIDATES if worst(c)[0] <= ERROR_BUDGET), CANDIDATES[-1])
+    d, jid = worst(k)
+    d1, _ = worst(1)
+    at1 = "saturated" if d1 == float("inf") else f"{100 * d1:.1f}%"
+    met = "" if d <= ERROR_BUDGET else f", not met: auto stops at K={CANDIDATES[-1]}"
     return Choice(dilation=float(k), reason=(
-        f"per-op overhead {overhead_s * 1e3:.2f} ms measured, x{contention:.1f} contention "
-        f"({peak_ranks} ranks at most on {cores} cores); the tightest job, {worst_id}, would be distorted "
-        f"{100 * worst:.1f}% at K=1, {100 * worst / k:.1f}% at K={k} (budget {100 * ERROR_BUDGET:g}%"
-        f"{'' if worst / k <= ERROR_BUDGET else ', not met: K capped at ' + str(CANDIDATES[-1])})"))
+        f"per-op overhead {overhead_s * 1e3:.2f} ms (measured now), fixed costs of "
+        f"{'the busiest of' if one_at_a_time else 'all'} {len(jobs)} jobs {100 * rho:.0f}% of {cores} cores at K=1; "
+        f"the tightest job, {jid}, distorted {at1} at K=1, "
+        f"{100 * d:.1f}% at K={k} (budget {100 * ERROR_BUDGET:g}%{met})"))

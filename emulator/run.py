@@ -85,7 +85,7 @@ def auto_dilation(topo: Topology, jobs: list[Job], net: NetConfig, *, planner: s
     """``--dilation auto`` for a trace: every job planned alone on the whole topology (what it will
     run at best), sized by :func:`emulator.dilation.choose_dilation`."""
     view = emulated_view(topo, net, calibration=calibration)
-    sized, ranks = [], 0
+    sized = []
     for job in jobs:
         try:
             res = run_planner(planner, PlacementRequest(job=job, topology=topo, calibration=calibration,
@@ -96,9 +96,7 @@ def auto_dilation(topo: Topology, jobs: list[Job], net: NetConfig, *, planner: s
         plan = res.placement.plan
         work = plan_work(plan, view)
         sized.append((job.job_id, work, predict_emulated(plan, view)))
-        ranks += work.world_size
-    hosts = net.hosts_per_cluster * len(topo.clusters)
-    return choose_dilation(sized, overhead_s=measure_op_overhead_s(), peak_ranks=min(ranks, hosts))
+    return choose_dilation(sized, overhead_s=measure_op_overhead_s())
 
 
 def check_calibration_dilation(calibration: Calibration, dilation: float) -> None:

@@ -305,6 +305,8 @@ class Runner:
             spec = RankSpec(**{**spec.__dict__, "master_addr": hosts[0].ip, "master_port": port})
             path = self.rank_dir / f"{job.job_id}-r{spec.rank}.json"
             spec.dump(path)
+            for stale in (Path(spec.out), self.rank_dir / f"{job.job_id}-r{spec.rank}.log"):
+                stale.unlink(missing_ok=True)  # a reused --out: ranks append, measurement reads all lines
             env = {**os.environ, **rank_env(host.intf, host.name, spec.backend), STARTUP_NICE_ENV: "1",
                    "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
             log_path = self.rank_dir / f"{job.job_id}-r{spec.rank}.log"

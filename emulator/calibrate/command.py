@@ -109,8 +109,7 @@ def auto_dilation(topos, net: NetConfig, *, with_plans: bool) -> Choice:
         for case in plan_cases(topo, topo.name):
             plan = case.plan(2)
             sized.append((case.plan_id, plan_work(plan, view), predict_emulated(plan, view)))
-    return choose_dilation(sized, overhead_s=measure_op_overhead_s(),
-                           peak_ranks=max(w.world_size for _id, w, _t in sized))
+    return choose_dilation(sized, overhead_s=measure_op_overhead_s(), one_at_a_time=True)
 
 
 def main(args: argparse.Namespace) -> int:
