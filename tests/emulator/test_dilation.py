@@ -109,3 +109,25 @@ def test_runner_reports_iterations_and_startup_in_real_equivalent_and_wall_time(
     runner._measure(run)
     assert run.iteration_s == pytest.approx([0.2] * 3)  # intervals ending at iterations 1..3
     assert run.startup_wall_s == pytest.approx(0.5)
+
+
+def test_a_calibration_is_applied_only_at_the_dilation_it_was_fitted_at(tmp_path):
+    from emulator.errors import EmulatorError
+    from emulator.run import check_calibration_dilation
+    from spiderflow.costmodel import load_calibration
+    from spiderflow.errors import ConfigError
+
+    path = tmp_path / "calibration-two.json"
+    path.write_text(json.dumps({"paths": {"east->west": {"alpha_s": 0.01, "beta_gbps": 0.9}}, "scale": 10,
+                                "dilation": 2}))
+    cal = load_calibration(path)
+    assert cal.dilation == 2.0
+    check_calibration_dilation(cal, 2.0)
+    with pytest.raises(EmulatorError, match=r"calibration-two.json: fitted at dilation 2, this run uses 4; "
+                                            r"pass --dilation 2"):
+        check_calibration_dilation(cal, 4.0)
+    path.write_text(json.dumps({"paths": {}}))  # older files: no dilation recorded, accepted at any K
+    check_calibration_dilation(load_calibration(path), 4.0)
+    path.write_text(json.dumps({"dilation": -1}))
+    with pytest.raises(ConfigError, match="dilation must be a positive number"):
+        load_calibration(path)
