@@ -1,7 +1,7 @@
 """Accuracy and wall time of `emulator run` against the time dilation K, in one sitting (root, ~15-25 min).
 
     sudo .venv/bin/python benchmarks/dilation.py [--topology topologies/paper8.yaml]
-        [--trace traces/paper8-16.csv] [--hosts-per-cluster 10] [--dilations auto,1,2,4,8] [--repeat 1]
+        [--trace traces/paper8-16.csv] [--hosts-per-cluster 10] [--iterations 8] [--dilations auto,1,2,4,8] [--repeat 1]
         [--out benchmarks/results/dilation.md]
 
 Runs the same trace once per K (``auto`` is resolved by the run itself and
@@ -37,7 +37,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_once(args, k: str, out: Path) -> dict:
     argv = [sys.executable, "-m", "emulator", "run", "--topology", args.topology, "--trace", args.trace,
-            "--hosts-per-cluster", str(args.hosts_per_cluster), "--dilation", k, "--out", str(out), "--json"]
+            "--hosts-per-cluster", str(args.hosts_per_cluster), "--iterations", str(args.iterations),
+            "--dilation", k, "--out", str(out), "--json"]
     t0 = time.monotonic()
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - t0
@@ -65,6 +66,7 @@ def main() -> int:
     parser.add_argument("--topology", default="topologies/paper8.yaml")
     parser.add_argument("--trace", default="traces/paper8-16.csv")
     parser.add_argument("--hosts-per-cluster", type=int, default=10)
+    parser.add_argument("--iterations", type=int, default=8, help="iterations per job (2 of them warm-up)")
     parser.add_argument("--dilations", default="auto,1,2,4,8")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", default="benchmarks/results/dilation.md")
@@ -84,7 +86,8 @@ def main() -> int:
             rows.append(row)
     lines = ["# `emulator run` accuracy against time dilation", "",
              f"`sudo .venv/bin/python benchmarks/dilation.py --topology {args.topology} --trace {args.trace} "
-             f"--hosts-per-cluster {args.hosts_per_cluster} --dilations {args.dilations} --repeat {args.repeat}`", "",
+             f"--hosts-per-cluster {args.hosts_per_cluster} --iterations {args.iterations} --dilations {args.dilations} "
+             f"--repeat {args.repeat}`", "",
              f"Machine: {os.cpu_count()} cores, {platform.machine()}, "
              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2 ** 30:.0f} GiB, "
              f"Linux {platform.release()}, Python {platform.python_version()}; "

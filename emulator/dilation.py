@@ -135,5 +135,5 @@ def choose_dilation(jobs: list[tuple[str, PlanWork, float]], *, overhead_s: floa
     return Choice(dilation=float(k), reason=(
         f"per-op overhead {overhead_s * 1e3:.2f} ms (measured now), fixed costs of "
         f"{'the busiest of' if one_at_a_time else 'all'} {len(jobs)} jobs {100 * rho:.0f}% of {cores} cores at K=1; "
-        f"the tightest job, {jid}, distorted {at1} at K=1, "
-        f"{100 * d:.1f}% at K={k} (budget {100 * ERROR_BUDGET:g}%{met})"))
+        f"the tightest job, {jid}, distorted {at1} at K=1"
+        + (f", {100 * d:.1f}% at K={k}" if k != 1 else "") + f" (budget {100 * ERROR_BUDGET:g}%{met})"))

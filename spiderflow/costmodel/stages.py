@@ -83,14 +83,15 @@ def stage_compute_s(plan: Plan, stage: Stage, topology: Topology, calibration: C
     return fwd, bwd
 
 
-def intra_sync_s(plan: Plan, stage_index: int, view: TopologyView) -> float:
+def intra_sync_s(plan: Plan, stage_index: int, view: TopologyView, params: int | None = None) -> float:
     """The intra-cluster part of stage ``stage_index``'s gradient all-reduce (seconds).
 
     One cluster: a ring over its ``g`` ranks. Several: hierarchical, each cluster's ranks
     reduce-scatter before and all-gather after the inter-cluster rings (= one all-reduce);
-    clusters may hold different replica counts, the slowest counts."""
+    clusters may hold different replica counts, the slowest counts. ``params``: the stage's
+    parameter count, if the caller has it."""
     stage = plan.stages[stage_index]
-    nbytes = stage_params(plan, stage) / stage.tp * GRAD_BYTES_PER_PARAM
+    nbytes = (stage_params(plan, stage) if params is None else params) / stage.tp * GRAD_BYTES_PER_PARAM
     clusters: list[str] = []
     for rep in plan.replicas:
         c = rep[stage_index].cluster

@@ -26,6 +26,7 @@ of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from spiderflow.costmodel.network import TopologyView
 from spiderflow.costmodel.stages import StageCost, intra_sync_s, stage_compute_s, stage_params, wan_sync_s
@@ -33,8 +34,10 @@ from spiderflow.plan import Plan
 from spiderflow.workload import GRAD_BYTES_PER_PARAM
 
 
-@dataclass(frozen=True, kw_only=True)
-class RankWork:
+class RankWork(NamedTuple):
+    """One rank's work per iteration (see the module docstring). Immutable; a NamedTuple rather than a
+    frozen dataclass because the search loops build one per stage per estimate (0.8 vs 2.7 us each)."""
+
     rank: int
     replica: int
     stage: int
@@ -77,17 +80,19 @@ class PlanWork:
         return out
 
 
-def stage_syncs(plan: Plan, view: TopologyView) -> list[tuple[float, tuple[str, ...]]]:
-    """Per stage: (intra-cluster sync seconds, its replicas' clusters in order of first appearance)."""
+def stage_syncs(plan: Plan, view: TopologyView) -> list[tuple[float, tuple[str, ...], float]]:
+    """Per stage: (intra-cluster sync seconds, its replicas' clusters in order of first appearance,
+    its gradient bytes)."""
     out = []
-    for i in range(plan.depth):
+    for i, stage in enumerate(plan.stages):
         clusters = tuple(dict.fromkeys(rep[i].cluster for rep in plan.replicas))
-        out.append((intra_sync_s(plan, i, view), clusters))
+        params = stage_params(plan, stage)
+        out.append((intra_sync_s(plan, i, view, params), clusters, float(params * GRAD_BYTES_PER_PARAM)))
     return out
 
 
 def replica_work(plan: Plan, view: TopologyView, replica: int,
-                 syncs: list[tuple[float, tuple[str, ...]]] | None = None) -> list[RankWork]:
+                 syncs: list[tuple[float, tuple[str, ...], float]] | None = None) -> list[RankWork]:
     """The work items of one replica's ranks (stage order)."""
     syncs = stage_syncs(plan, view) if syncs is None else syncs
     group = plan.job.spec.boundary_bytes(plan.micro_batch_size, plan.job.seq_len)
@@ -110,8 +115,7 @@ def replica_work(plan: Plan, view: TopologyView, replica: int,
             prev_cluster=prev_c, next_cluster=next_c,
             prev_bytes=boundary(prev_c, st.cluster) if prev_c else 0.0,
             next_bytes=boundary(st.cluster, next_c) if next_c else 0.0,
-            grad_bytes=float(stage_params(plan, st) * GRAD_BYTES_PER_PARAM),
-            sync_clusters=syncs[i][1], sync_intra_s=syncs[i][0]))
+            grad_bytes=syncs[i][2], sync_clusters=syncs[i][1], sync_intra_s=syncs[i][0]))
     return out
 
 
@@ -157,6 +161,6 @@ def price(items: list[RankWork], view: TopologyView) -> list[StageCost]:
 
 
 def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
-                syncs: list[tuple[float, tuple[str, ...]]] | None = None) -> list[StageCost]:
+                syncs: list[tuple[float, tuple[str, ...], float]] | None = None) -> list[StageCost]:
     """Costs of one replica's stages: its work items, priced (``syncs`` may be shared by replicas)."""
     return price(replica_work(plan, view, replica, syncs), view)

@@ -14,15 +14,11 @@ from emulator.runner import JobRun, Rank, RunConfig, Runner
 from emulator.worker import RankSpec
 from spiderflow.costmodel import plan_work
 from spiderflow.plan import Plan, Stage
-from spiderflow.topology import parse_topology
 from spiderflow.workload import Job
 
-TOPO = parse_topology({
-    "name": "two",
-    "clusters": [{"name": "east", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
-                 {"name": "west", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}],
-    "links": [{"a": "east", "b": "west", "bandwidth_gbps": 1.0, "latency_ms": 10.0}],
-}, source="<test>")
+from .conftest import two_cluster_topology
+
+TOPO = two_cluster_topology(bandwidth_gbps=1.0, latency_ms=10.0)
 
 
 def work(micro_batches=8, stages=("east", "west"), replicas=1):
