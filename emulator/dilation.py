@@ -40,6 +40,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from emulator.worker import tight_timers
 from spiderflow.costmodel import PlanWork
 
 CANDIDATES = (1, 2, 4)
@@ -56,9 +57,6 @@ SLEEP_PROBE_S = 0.001
 class Choice:
     dilation: float
     reason: str
-
-    def as_json(self) -> dict:
-        return {"dilation": self.dilation, "reason": self.reason}
 
 
 def parse_dilation(text: str) -> float | str:
@@ -79,12 +77,7 @@ def parse_dilation(text: str) -> float | str:
 def measure_op_overhead_s(samples: int = 50) -> float:
     """Per-op fixed cost now: median overshoot of a 1 ms sleep (timer slack cut to 1 us, as the
     ranks have it) plus :data:`PER_OP_S`."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(29, 1000, 0, 0, 0)  # PR_SET_TIMERSLACK, ns
-    except (OSError, AttributeError):
-        pass
+    tight_timers()
     over = []
     for _ in range(samples):
         t = time.perf_counter()

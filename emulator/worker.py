@@ -208,7 +208,7 @@ def _post_receives(spec: RankSpec, dist, act_in, grad_in) -> dict[str, list]:
 
 
 def _compute(seconds: float) -> None:
-    """Emulated GPU time: sleep it (the default timer slack is cut to 1 us by _tight_timers)."""
+    """Emulated GPU time: sleep it (the default timer slack is cut to 1 us by tight_timers)."""
     if seconds > 0:
         time.sleep(seconds)
 
@@ -230,7 +230,7 @@ def _leave_startup_nice() -> None:
             pass
 
 
-def _tight_timers() -> None:
+def tight_timers() -> None:
     """Timer slack 1 us instead of the default 50 us: emulated compute sleeps many short
     intervals (a few ms per micro-batch), and the slack is added to every one of them."""
     try:
@@ -252,7 +252,7 @@ def run(spec: RankSpec) -> int:
         raise SystemExit(f"{spec.job_id} rank {spec.rank}: compute 'real' needs the spec's proxy shape")
     log = Log(spec)
     torch.set_num_threads(1)
-    _tight_timers()
+    tight_timers()
     proxy = None
     if spec.compute == "real":  # built (and run once) before the start barrier: not measured
         # process-wide, so set here in the rank's own process: accumulated tiny gradients must not
