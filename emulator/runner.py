@@ -53,6 +53,7 @@ from spiderflow.workload import Job
 
 REPO = Path(__file__).resolve().parent.parent
 POLL_S = 0.1
+SETTLE_S = 2.0  # wall seconds a failure waits for its echoes in other ranks (see Runner._settle)
 BASE_PORT = 29500
 # Ranks start niced (torch import, joining) and return to 0 once their job's ranks have all
 # joined, so a burst of starting ranks does not slow the schedules of running jobs.
@@ -338,13 +339,15 @@ class Runner:
         timed_out = self.now() - j.start_s > self.cfg.job_timeout_s  # both real-equivalent
         if not bad and not timed_out and any(r.exit is None for r in j.ranks):
             return False
+        if bad:
+            bad = self._settle(j)
         if bad or timed_out:
             self._end_ranks(j)
         self._measure(j)
         self._predict_shared(j)
         self._release(j)
         if bad:
-            self._fail(j, self._reason(j, bad[0]))
+            self._fail(j, self._reason(j, self._cause(bad)))
         elif timed_out:
             self._fail(j, f"still running after {self.cfg.job_timeout_s:g} s (--job-timeout)")
         else:
@@ -353,6 +356,30 @@ class Runner:
             self.log(f"{j.job.job_id}: done; measured {m:.3f} s/iteration vs predicted {j.predicted_s:.3f} "
                      f"({j.error_pct:+.1f}%)" if m else f"{j.job.job_id}: done, nothing measured")
         return True
+
+    def _settle(self, j: JobRun) -> list[Rank]:
+        """The failed ranks once the first failure's echoes are in.
+
+        A rank that dies takes its peers down within moments (their gloo pairs
+        close), and exit statuses arrive in any order: from the pool server's
+        reports or from one poll over all ranks. Waiting briefly for the rest
+        lets ``_cause`` see the rank that failed first rather than the first in
+        rank order."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            for r in j.ranks:
+                if r.exit is None:
+                    r.exit = r.proc.poll()
+            if all(r.exit is not None for r in j.ranks) or time.monotonic() >= deadline:
+                return [r for r in j.ranks if r.exit not in (None, 0)]
+            time.sleep(0.05)
+
+    @staticmethod
+    def _cause(bad: list[Rank]) -> Rank:
+        """The rank to blame: one killed by a signal (we send none before this
+        point), else the first in rank order. A rank whose peer vanished fails
+        with gloo's "Connection closed by peer", so it is an echo, not a cause."""
+        return next((r for r in bad if r.exit < 0), bad[0])
 
     def _reason(self, j: JobRun, r: Rank) -> str:
         where = f"rank {r.spec.rank} on {r.host.name}"
