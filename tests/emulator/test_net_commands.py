@@ -22,15 +22,15 @@ def test_htb_with_bfifo_leaf_when_delay_is_elsewhere():
     assert cmd.tc_commands("w-x", shape, netem=False) == [
         ["tc", "qdisc", "replace", "dev", "w-x", "root", "handle", "1:", "htb", "default", "1"],
         ["tc", "class", "add", "dev", "w-x", "parent", "1:", "classid", "1:1", "htb",
-         "rate", f"{wire_bps}bit", "ceil", f"{wire_bps}bit", "burst", "67050", "cburst", "67050",
+         "rate", f"{wire_bps}bit", "ceil", f"{wire_bps}bit", "burst", "3028", "cburst", "3028",
          "quantum", "13069"],
         ["tc", "qdisc", "add", "dev", "w-x", "parent", "1:1", "handle", "10:", "bfifo", "limit", "500000"],
     ]
 
 
 def test_htb_burst_and_quantum_scale_with_rate():
-    assert cmd.htb_burst_bytes(10_000) == 1_250_000  # 1 ms at 10 Gbit/s
-    assert cmd.htb_burst_bytes(1) == 65536 + 1514  # never below one GSO packet
+    assert cmd.htb_burst_bytes(10_000) == 125_000  # 0.1 ms at 10 Gbit/s
+    assert cmd.htb_burst_bytes(1) == 2 * 1514  # never below two full-size packets
     assert cmd.htb_quantum_bytes(1) == 1514
     assert cmd.htb_quantum_bytes(100_000) == 200_000  # htb's own upper bound
 
@@ -65,6 +65,7 @@ def test_nfqueue_rules_one_queue_per_wan_port(plan):
 def test_host_commands(plan):
     host = plan.cluster("virginia").hosts[1]
     assert cmd.host_commands(host) == [
+        ["ip", "link", "set", "dev", "eth0", "gso_max_size", "16384"],  # see HOST_GSO_MAX_BYTES
         ["ip", "link", "set", "lo", "up"],
         ["ip", "addr", "add", "10.1.1.11/24", "dev", "eth0"],
         ["ip", "link", "set", "eth0", "up"],
