@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -20,20 +19,25 @@ from emulator.capability import require_root
 from emulator.dilation import Choice, parse_dilation
 from emulator.measure import Result, measure_all
 from emulator.network import Emulation
-from emulator.plan import MECHANISMS, NetConfig
+from emulator.plan import MAX_HOSTS, MECHANISMS, NetConfig
 from emulator.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, problems
+from spiderflow.cliutil import dumps, float_in, int_in
 from spiderflow.topology import load_topology
 
 HELP = "build the emulated network, measure every link's bandwidth and delay, tear down"
 DEFAULT_TOPOLOGY = "topologies/default.yaml"
+# Sanity bounds of the options (a value past them is a typo; 1e300 would overflow the rates)
+MAX_SECONDS = 3600.0
+MIN_SCALE, MAX_SCALE = 0.01, 10_000.0
+MAX_INTRA_CAP_MBPS = 1_000_000.0  # 1 Tbit/s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default %(default)s)")
     add_network_arguments(parser)
-    parser.add_argument("--seconds", type=float, default=4.0,
+    parser.add_argument("--seconds", type=float_in(0.0, MAX_SECONDS, "seconds"), default=4.0,
                         help="measured seconds per WAN flow, after a warm-up of at least 2 s and 15 "
-                             "round trips; both x K under dilation K (default %(default)s)")
+                             f"round trips; both x K under dilation K; in (0, {MAX_SECONDS:g}] (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--trace", action="store_true", help="log every configuration command")
 
@@ -41,13 +45,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of :class:`NetConfig`; other subcommands (run, calibrate) can reuse them."""
     d = NetConfig()
-    parser.add_argument("--hosts-per-cluster", type=int, default=d.hosts_per_cluster, metavar="K",
-                        help="emulated hosts (ranks) per cluster (default %(default)s)")
-    parser.add_argument("--scale", type=float, default=d.scale,
-                        help="divide every bandwidth by this on the wire; latencies are not scaled "
-                             "(default %(default)g)")
-    parser.add_argument("--intra-cap-mbps", type=float, default=d.intra_cap_mbps,
-                        help="cap on intra-cluster wire rates after scaling (default %(default)g)")
+    parser.add_argument("--hosts-per-cluster", type=int_in(1, MAX_HOSTS), default=d.hosts_per_cluster, metavar="K",
+                        help=f"emulated hosts (ranks) per cluster, 1..{MAX_HOSTS} (default %(default)s)")
+    parser.add_argument("--scale", type=float_in(MIN_SCALE, MAX_SCALE, lo_open=False), default=d.scale,
+                        help="divide every bandwidth by this on the wire; latencies are not scaled; "
+                             f"in [{MIN_SCALE:g}, {MAX_SCALE:g}] (default %(default)g)")
+    parser.add_argument("--intra-cap-mbps", type=float_in(0.0, MAX_INTRA_CAP_MBPS, "Mbit/s"),
+                        default=d.intra_cap_mbps,
+                        help="cap on intra-cluster wire rates after scaling, in "
+                             f"(0, {MAX_INTRA_CAP_MBPS:g}] (default %(default)g)")
     parser.add_argument("--delay", choices=MECHANISMS, default=d.delay,
                         help="delay mechanism: netem if the kernel has it, else the NFQUEUE stage "
                              "on the gateways (default %(default)s)")
@@ -104,12 +110,11 @@ def main(args: argparse.Namespace) -> int:
     ok = all(not problems_of(r) for r in results)
     progress(f"done in {time.monotonic() - t0:.0f} s")
     if args.json:
-        json.dump({"topology": topo.source, "scale": config.scale, "dilation": config.dilation,
-                   "dilation_reason": choice.reason, "mechanism": mechanism,
-                   "hosts_per_cluster": config.hosts_per_cluster, "intra_cap_mbps": config.intra_cap_mbps,
-                   "tolerance": {"bandwidth_rel": BANDWIDTH_REL, "delay_abs_ms": DELAY_ABS_MS},
-                   "links": [r.as_json() for r in results], "ok": ok}, sys.stdout, indent=1)
-        print()
+        print(dumps({"topology": topo.source, "scale": config.scale, "dilation": config.dilation,
+                     "dilation_reason": choice.reason, "mechanism": mechanism,
+                     "hosts_per_cluster": config.hosts_per_cluster, "intra_cap_mbps": config.intra_cap_mbps,
+                     "tolerance": {"bandwidth_rel": BANDWIDTH_REL, "delay_abs_ms": DELAY_ABS_MS},
+                     "links": [r.as_json() for r in results], "ok": ok}, indent=1))
     else:
         print(format_table(topo.source, config, mechanism, results, ok))
     return 0 if ok else 1

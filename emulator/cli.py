@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 
+from spiderflow.cliutil import OneLineParser, closed_stdout_exit
 from spiderflow.errors import SpiderFlowError
 
 SUBCOMMANDS = {
@@ -26,8 +27,7 @@ SUBCOMMANDS = {
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
-    parser = argparse.ArgumentParser(prog="python -m emulator",
-                                     description="Emulated WAN for SpiderFlow (needs root).")
+    parser = OneLineParser(prog="python -m emulator", description="Emulated WAN for SpiderFlow (needs root).")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     modules = {}
@@ -39,6 +39,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:  # also after --help (SystemExit): a closed stdout is caught here, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError as exc:  # `... --json | head -1`; the network is torn down by then
+        return closed_stdout_exit(exc)
+
+
+def _main(argv: list[str] | None) -> int:
     parser, modules = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -31,7 +31,10 @@ from emulator.launch import emulated_view, predict_emulated
 from emulator.plan import NetConfig
 from emulator.pool import RankPool
 from emulator.runner import JobRun, RunConfig, Runner
+from emulator.state import StateStore
+from spiderflow.cliutil import dumps, float_in, int_in, output_dir
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, plan_work
+from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import DEFAULT_PLANNER, PLANNERS, PlacementRequest, run_planner
 from spiderflow.topology import Topology, load_topology
@@ -43,6 +46,10 @@ DEFAULT_TOPOLOGY = "topologies/default.yaml"
 DEFAULT_TRACE = "traces/default.csv"
 DEFAULT_HOSTS = 4
 SIZING_TIME_LIMIT_S = 2.0  # solver limit when --dilation auto plans each job alone to size K
+# Sanity bounds of the options (a value past them is a typo, not a longer experiment)
+MAX_ITERATIONS = 100_000
+MAX_TIME_SCALE = 1e6
+MAX_JOB_TIMEOUT_S = 7 * 86_400.0
 CSV_FIELDS = ("job_id", "status", "placement", "plan", "ranks", "predicted_iteration_s", "startup_wall_s",
               "predicted_alone_iteration_s", "predicted_shared_iteration_s", "measured_iteration_s", "measured_min_s", "measured_max_s",
               "measured_iterations", "error_pct", "jct_s", "queue_s", "reason")
@@ -54,18 +61,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default=DEFAULT_TRACE, help="job trace (default %(default)s)")
     parser.add_argument("--planner", choices=sorted(PLANNERS), default=DEFAULT_PLANNER,
                         help="placement strategy (default %(default)s)")
-    parser.add_argument("--iterations", type=int, default=d.iterations, metavar="K",
-                        help="iterations each job runs (default %(default)s)")
-    parser.add_argument("--warmup", type=int, default=d.warmup,
-                        help="first iterations left out of the measurement (default %(default)s)")
-    parser.add_argument("--time-scale", type=float, default=d.time_scale,
-                        help="divide the trace's arrival times by this (default %(default)g)")
+    parser.add_argument("--iterations", type=int_in(2, MAX_ITERATIONS), default=d.iterations, metavar="K",
+                        help=f"iterations each job runs, 2..{MAX_ITERATIONS:,} (default %(default)s)")
+    parser.add_argument("--warmup", type=int_in(0, MAX_ITERATIONS - 2), default=d.warmup,
+                        help="first iterations left out of the measurement, 0..iterations-2 (default %(default)s)")
+    parser.add_argument("--time-scale", type=float_in(0.0, MAX_TIME_SCALE), default=d.time_scale,
+                        help=f"divide the trace's arrival times by this, in (0, {MAX_TIME_SCALE:g}] "
+                             "(default %(default)g)")
     parser.add_argument("--compute", choices=COMPUTE_MODES, default=d.compute,
                         help="emulated: sleep the cost model's GPU time (default); real: run CPU proxies of the "
                              "stages, sized to that time at this CPU's matmul rate (small runs only)")
-    parser.add_argument("--job-timeout", type=float, default=d.job_timeout_s, metavar="S",
+    parser.add_argument("--job-timeout", type=float_in(0.0, MAX_JOB_TIMEOUT_S, "seconds"), default=d.job_timeout_s,
+                        metavar="S",
                         help="fail a job still running S seconds after launch (real-equivalent: S x K wall "
-                             "seconds under dilation K; default %(default)g)")
+                             f"seconds under dilation K; in (0, {MAX_JOB_TIMEOUT_S:g}]; default %(default)g)")
     parser.add_argument("--slow-start-after-idle", action="store_true",
                         help="keep the kernel's TCP slow start after idle (default: off in the emulated hosts, "
                              "so a pipeline transfer costs alpha + n / beta as the cost model assumes)")
@@ -74,7 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a warm rank pool that imported torch once, emulator/pool.py)")
     parser.add_argument("--calibration", default=None, metavar="FILE",
                         help="calibration JSON from `emulator calibrate`: the planner and the predictions use it")
-    parser.add_argument("--out", default=None, help="output directory (default runs/<timestamp>)")
+    parser.add_argument("--calibration-any-topology", action="store_true",
+                        help="apply --calibration although it records another topology than --topology")
+    parser.add_argument("--out", type=output_dir, default=None, help="output directory (default runs/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     add_network_arguments(parser)
     parser.set_defaults(hosts_per_cluster=DEFAULT_HOSTS)
@@ -107,11 +118,21 @@ def check_calibration_dilation(calibration: Calibration, dilation: float) -> Non
                             f"with --dilation {dilation:g}")
 
 
+def check_warmup(args: argparse.Namespace) -> None:
+    """--warmup against --iterations (each option's own range is checked by its type), before any work."""
+    if args.warmup > args.iterations - 2:
+        raise EmulatorError(f"--warmup must be in 0..iterations-2 = 0..{args.iterations - 2} (got {args.warmup}); "
+                            "an iteration time needs two measured iteration ends: lower --warmup or raise "
+                            "--iterations")
+
+
 def main(args: argparse.Namespace) -> int:
+    check_warmup(args)
     topo = load_topology(resolve_topology(args.topology))  # bad inputs fail here, before root
     trace_path = resolve_topology(args.trace)
     jobs = load_trace(trace_path).jobs
     calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
+    check_calibration_applies(calibration, topo, allow_other_topology=args.calibration_any_topology)
     net = network_config(args, 1.0)
     if args.dilation == "auto":
         choice = auto_dilation(topo, jobs, net, planner=args.planner, calibration=calibration)
@@ -127,6 +148,7 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise EmulatorError(f"run: {exc}") from None
     require_root()
+    StateStore().refuse_if_busy()  # a second run: one line, nothing written
     out = Path(args.out or f"runs/{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     progress = lambda msg: print(f"[run] {msg}", file=sys.stderr, flush=True)  # noqa: E731
@@ -166,8 +188,7 @@ def main(args: argparse.Namespace) -> int:
             progress(f"results in {out} ({wall:.0f} s in all, at most {runner.peak_ranks} ranks at once)")
     result = as_json(runner.jobs, net, out, runner.peak_ranks)
     if args.json:
-        json.dump(result, sys.stdout, indent=1)
-        print()
+        print(dumps(result, indent=1))
     else:
         print(format_table(runner.jobs, net, mechanism, out))
     return 0 if all(j.status == "ok" for j in runner.jobs) else 1
@@ -198,7 +219,7 @@ def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str 
     (out / "summary.md").write_text(
         f"# emulator run\n\n{format_table(jobs, net, mechanism, out)}\n\n"
         f"wall time {wall_s:.0f} s; at most {peak_ranks} ranks at once\n")
-    (out / "result.json").write_text(json.dumps(res, indent=1) + "\n")
+    (out / "result.json").write_text(dumps(res, indent=1) + "\n")
     with open(out / "ranks.jsonl", "w") as fh:  # every rank's lines in one file
         for path in sorted((out / "ranks").glob("*.jsonl")):
             fh.write(path.read_text())

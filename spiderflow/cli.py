@@ -7,11 +7,13 @@ Known errors (``SpiderFlowError``) print one line and exit with their code
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, closed_stdout_exit, dumps, int_in,
+                                int_list, name_list, output_dir, output_file, seed_arg, time_limit_arg)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
+from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError, SpiderFlowError
 from spiderflow.placement import DEFAULT_PLANNER, PLANNERS, PlacementRequest, run_planner
 from spiderflow.topology import load_topology
@@ -19,28 +21,31 @@ from spiderflow.topology.generate import generate_topology, topology_to_yaml
 from spiderflow.workload import MODELS, Job
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
-    return value
+# Sanity bounds of the options (a value past them is a typo, not a bigger experiment)
+MAX_GPUS = 1_000_000
+MAX_GLOBAL_BATCH = 1_000_000  # sequences per iteration
+MAX_SEQ_LEN = 1_048_576  # tokens
+MAX_GENERATED_CLUSTERS = 4096
 
 
 def add_plan(sub) -> None:
     p = sub.add_parser("plan", help="place and plan one job, print the plan and its prediction")
     p.add_argument("--topology", default="topologies/default.yaml")
     p.add_argument("--model", required=True, choices=list(MODELS))
-    p.add_argument("--gpus", required=True, type=_positive_int)
-    p.add_argument("--global-batch", type=_positive_int, default=256)
-    p.add_argument("--seq-len", type=_positive_int, default=2048)
-    p.add_argument("--clusters", help="comma-separated clusters to use, in pipeline order")
+    p.add_argument("--gpus", required=True, type=int_in(1, MAX_GPUS), help=f"1..{MAX_GPUS:,}")
+    p.add_argument("--global-batch", type=int_in(1, MAX_GLOBAL_BATCH), default=256,
+                   help=f"sequences per iteration, 1..{MAX_GLOBAL_BATCH:,} (default %(default)s)")
+    p.add_argument("--seq-len", type=int_in(1, MAX_SEQ_LEN), default=2048,
+                   help=f"tokens, 1..{MAX_SEQ_LEN:,} (default %(default)s)")
+    p.add_argument("--clusters", type=name_list(what="cluster"),
+                   help="comma-separated clusters to use, in pipeline order")
     p.add_argument("--planner", default=DEFAULT_PLANNER, choices=list(PLANNERS))
     p.add_argument("--calibration", help="calibration JSON from `emulator calibrate`")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit, seconds")
+    p.add_argument("--calibration-any-topology", action="store_true",
+                   help="apply --calibration although it records another topology than --topology")
+    p.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    p.add_argument("--time-limit", type=time_limit_arg, default=60.0,
+                   help=f"solver time limit, seconds, in (0, {MAX_TIME_LIMIT_S:g}] (default %(default)g)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
@@ -48,9 +53,10 @@ def add_plan(sub) -> None:
 def cmd_plan(args) -> int:
     topo = load_topology(args.topology)
     cal = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
+    check_calibration_applies(cal, topo, allow_other_topology=args.calibration_any_topology)
     allowed = None
     if args.clusters:
-        allowed = tuple(c.strip() for c in args.clusters.split(",") if c.strip())
+        allowed = tuple(args.clusters)
         for name in allowed:
             if name not in topo.names:
                 raise ConfigError(f"--clusters: {name!r} is not a cluster of {args.topology}; "
@@ -62,7 +68,7 @@ def cmd_plan(args) -> int:
     result = run_planner(args.planner, req)
     out = plan_json(result)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(dumps(out))
     else:
         print(format_plan(out))
     return 0
@@ -109,9 +115,10 @@ def add_topology(sub) -> None:
     p = sub.add_parser("topology", help="topology tools")
     tsub = p.add_subparsers(dest="topology_cmd", required=True)
     g = tsub.add_parser("generate", help="a reproducible geo-random sparse topology")
-    g.add_argument("--clusters", type=_positive_int, required=True)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--out", required=True)
+    g.add_argument("--clusters", type=int_in(2, MAX_GENERATED_CLUSTERS), required=True,
+                   help=f"2..{MAX_GENERATED_CLUSTERS}")
+    g.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    g.add_argument("--out", type=output_file, required=True, help="YAML file to write")
     g.set_defaults(func=cmd_topology_generate)
     c = tsub.add_parser("check", help="load and validate a topology file")
     c.add_argument("file")
@@ -119,10 +126,11 @@ def add_topology(sub) -> None:
 
 
 def cmd_topology_generate(args) -> int:
-    if args.clusters < 2:
-        raise ConfigError(f"--clusters must be >= 2 (got {args.clusters})")
     topo = generate_topology(args.clusters, args.seed)
-    Path(args.out).write_text(topology_to_yaml(topo))
+    try:
+        Path(args.out).write_text(topology_to_yaml(topo))
+    except OSError as exc:
+        raise ConfigError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
     print(f"wrote {args.out}: {len(topo.clusters)} clusters, {len(topo.links)} links, "
           f"{topo.total_gpus} GPUs")
     return 0
@@ -135,26 +143,19 @@ def cmd_topology_check(args) -> int:
     return 0
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers (got {text!r})") from None
-    if not values or min(values) < 2:
-        raise argparse.ArgumentTypeError(f"must be integers >= 2 (got {text!r})")
-    return values
-
-
 def add_bench(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks")
     bsub = p.add_subparsers(dest="bench_cmd", required=True)
     b = bsub.add_parser("planner", help="scheduling overhead and plan quality of every planner")
-    b.add_argument("--clusters", type=_int_list, default=[8, 16, 32, 64, 128])
-    b.add_argument("--jobs", type=_positive_int, default=20)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--planners", default=None, help=f"comma-separated; default all: {','.join(PLANNERS)}")
-    b.add_argument("--time-limit", type=float, default=10.0, help="ILP time limit per decision, seconds")
-    b.add_argument("--out", default="benchmarks/results")
+    b.add_argument("--clusters", type=int_list(2, MAX_GENERATED_CLUSTERS), default=[8, 16, 32, 64, 128],
+                   help=f"comma-separated topology sizes, each 2..{MAX_GENERATED_CLUSTERS}")
+    b.add_argument("--jobs", type=int_in(1, 10_000), default=20, help="jobs per size, 1..10,000")
+    b.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    b.add_argument("--planners", type=name_list(PLANNERS, "planner"), default=list(PLANNERS),
+                   help=f"comma-separated; default all: {','.join(PLANNERS)}")
+    b.add_argument("--time-limit", type=time_limit_arg, default=10.0,
+                   help=f"ILP time limit per decision, seconds, in (0, {MAX_TIME_LIMIT_S:g}]")
+    b.add_argument("--out", type=output_dir, default="benchmarks/results")
     b.set_defaults(func=cmd_bench_planner)
 
 
@@ -163,10 +164,7 @@ def cmd_bench_planner(args) -> int:
 
     from spiderflow import bench
 
-    planners = [p.strip() for p in (args.planners or ",".join(PLANNERS)).split(",") if p.strip()]
-    for name in planners:
-        if name not in PLANNERS:
-            raise ConfigError(f"--planners: unknown planner {name!r}; known: {', '.join(PLANNERS)}")
+    planners = list(args.planners)
     if "spinsearch" not in planners:
         planners.insert(0, "spinsearch")
     rows = []
@@ -194,7 +192,7 @@ COMMANDS = [add_plan, add_topology, add_bench, add_sim_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m spiderflow", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m spiderflow", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
@@ -203,6 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:  # also after --help (SystemExit): a closed stdout is caught here, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError as exc:  # `... --json | head -1`
+        return closed_stdout_exit(exc)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

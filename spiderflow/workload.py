@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from spiderflow.inputs import finite
+
 BYTES_PER_ELEMENT = 2  # bf16 activations and weights
 # Mixed-precision Adam: bf16 weights (2) + bf16 grads (2) + fp32 master weights,
 # momentum and variance (12) = 16 bytes per parameter (Rajbhandari et al., SC'20, ZeRO, sec. 3.1).
@@ -149,10 +151,15 @@ class Job:
             raise ValueError(f"model must be one of {', '.join(MODELS)} (got {self.model!r})")
         for field in ("gpus", "iterations", "global_batch", "seq_len"):
             value = getattr(self, field)
-            if not isinstance(value, int) or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{field} must be a positive integer (got {value!r})")
-        if self.arrival_s < 0:
-            raise ValueError(f"arrival_s must be >= 0 (got {self.arrival_s!r})")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise ValueError(f"priority must be an integer (got {self.priority!r})")
+        # finite() first: nan passes "< 0", and 10**400 makes math.isfinite raise
+        if not finite(self.arrival_s) or self.arrival_s < 0:
+            raise ValueError(f"arrival_s must be a finite number >= 0 (got {self.arrival_s!r})")
+        if self.deadline_s is not None and not finite(self.deadline_s):
+            raise ValueError(f"deadline_s must be a finite number or None (got {self.deadline_s!r})")
 
     @property
     def spec(self) -> ModelSpec:

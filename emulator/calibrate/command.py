@@ -27,27 +27,44 @@ from emulator.check import add_network_arguments, network_config, resolve_topolo
 from emulator.dilation import Choice, choose_dilation, measure_op_overhead_s
 from emulator.errors import EmulatorError
 from emulator.plan import NetConfig
+from emulator.run import MAX_ITERATIONS, check_warmup
 from emulator.runner import RunConfig
+from spiderflow.cliutil import dumps, int_in, output_dir
 from spiderflow.costmodel import load_calibration, plan_work
 from spiderflow.topology import load_topology
+from spiderflow.topology.load import TOPOLOGY_NAME
 
 HELP = "measure the emulated network (nccl-tests style), fit alpha-beta, check the cost model before/after"
 DEFAULT_TOPOLOGY = "topologies/default.yaml"
+MAX_SAMPLES = 100  # sanity bound: 100 repetitions of every size is already hours
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", action="append", default=None,
                         help=f"topology YAML; repeat for several (default {DEFAULT_TOPOLOGY})")
-    parser.add_argument("--iterations", type=int, default=5, metavar="K",
-                        help="iterations each plan runs (default %(default)s)")
-    parser.add_argument("--warmup", type=int, default=1,
-                        help="first iterations of each plan left out of the measurement (default %(default)s)")
-    parser.add_argument("--samples", type=int, default=3,
-                        help="measured repetitions per microbenchmark size (2 from 64 MB on; default %(default)s)")
+    parser.add_argument("--iterations", type=int_in(2, MAX_ITERATIONS), default=5, metavar="K",
+                        help=f"iterations each plan runs, 2..{MAX_ITERATIONS:,} (default %(default)s)")
+    parser.add_argument("--warmup", type=int_in(0, MAX_ITERATIONS - 2), default=1,
+                        help="first iterations of each plan left out of the measurement, 0..iterations-2 "
+                             "(default %(default)s)")
+    parser.add_argument("--samples", type=int_in(1, MAX_SAMPLES), default=3,
+                        help=f"measured repetitions per microbenchmark size, 1..{MAX_SAMPLES} (2 from 64 MB on; "
+                             "default %(default)s)")
     parser.add_argument("--no-plans", action="store_true", help="microbenchmarks and fits only")
-    parser.add_argument("--out", default=None, help="output directory (default runs/calibrate-<timestamp>)")
+    parser.add_argument("--out", type=output_dir, default=None,
+                        help="output directory (default runs/calibrate-<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_network_arguments(parser)
+
+
+def file_stem(name: str) -> str:
+    """``name`` as a file-name part: the topology loader already restricts it to
+    ``TOPOLOGY_NAME``; a Topology built in code is checked again here so that
+    ``calibration-<name>.json`` cannot land outside the output directory."""
+    if not isinstance(name, str) or not TOPOLOGY_NAME.match(name):
+        raise EmulatorError(f"topology name {name!r} cannot be part of a file name; give the topology a "
+                            "name of 1-64 characters of [A-Za-z0-9._-] starting with a letter or digit")
+    return name
 
 
 def _append(path: Path, rows: list[dict]) -> None:
@@ -72,18 +89,20 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
     hosts = max([net.hosts_per_cluster, HOSTS_NEEDED] + ([hosts_needed(cases, emulated_view(topo, net))]
                                                           if cases else []))
     net = NetConfig(**{**asdict(net), "hosts_per_cluster": hosts})
-    cal_path = out / f"calibration-{topo.name}.json"
+    stem = file_stem(topo.name)
+    cal_path = out / f"calibration-{stem}.json"
     with Emulation(topo, net, log=log) as emu, RankPool(emu, log=log) as pool:
         mechanism = emu.mechanism
         warm_tcp(emu)
         t0 = time.monotonic()
         records = run_microbench(emu, topo, bench_tests(topo, samples=samples), emulated_view(topo, net),
-                                 out_dir=out / f"bench-{topo.name}", log=log)
+                                 out_dir=out / f"bench-{stem}", log=log)
         _append(out / "microbench.jsonl", records)
         log(f"{topo.name}: microbenchmarks done in {time.monotonic() - t0:.0f} s")
         fits = fit_records(records, source=f"{out}/microbench.jsonl")
         cal_path.write_text(json.dumps(calibration_json(fits, scale=net.scale, dilation=net.dilation,
-                                                        fitted_from=f"{out}/microbench.jsonl"), indent=1) + "\n")
+                                                        fitted_from=f"{out}/microbench.jsonl", topology=topo),
+                                       indent=1) + "\n")
         calibration = load_calibration(cal_path)
         cfg = RunConfig(**{**run_cfg.__dict__, "net": net})
         (out / "timelines").mkdir(exist_ok=True)
@@ -113,14 +132,13 @@ def auto_dilation(topos, net: NetConfig, *, with_plans: bool) -> Choice:
 
 
 def main(args: argparse.Namespace) -> int:
+    check_warmup(args)
     paths = [resolve_topology(p) for p in (args.topology or [DEFAULT_TOPOLOGY])]
     topos = [load_topology(p) for p in paths]  # bad inputs fail here, before root
-    names = [t.name for t in topos]
+    names = [file_stem(t.name) for t in topos]
     if len(set(names)) != len(names):
         raise EmulatorError(f"--topology: two files have the same name field ({', '.join(names)}); "
                             "calibration files are named after it")
-    if args.samples < 1:
-        raise EmulatorError(f"--samples must be >= 1 (got {args.samples})")
     net = network_config(args, 1.0)
     if args.dilation == "auto":
         choice = auto_dilation(topos, net, with_plans=not args.no_plans)
@@ -162,9 +180,8 @@ def main(args: argparse.Namespace) -> int:
     summary = mape_summary(out)
     if args.json:
         plans = read_jsonl(out / "plans.jsonl") if (out / "plans.jsonl").exists() else []
-        json.dump({"summary": summary, "calibration": [str(p) for p in cal_paths], "report": str(out / "report.md"),
-                   "plans": plans, "out": str(out)}, sys.stdout, indent=1)
-        print()
+        print(dumps({"summary": summary, "calibration": [str(p) for p in cal_paths],
+                     "report": str(out / "report.md"), "plans": plans, "out": str(out)}, indent=1))
     else:
         print(summary)
         print("calibration: " + ", ".join(str(p) for p in cal_paths))

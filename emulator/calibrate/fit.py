@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from emulator.errors import EmulatorError
+from spiderflow.costmodel.calibration import MIN_GPU_EFFICIENCY
 from spiderflow.costmodel.network import GBPS  # bytes/s per Gbit/s
+from spiderflow.topology import Topology
 
 # op -> m: a ring collective over p ranks takes m(p-1) latency steps and moves
 # m(p-1)/p * n bytes over each link. Source: nccl-tests doc/PERFORMANCE.md
@@ -208,18 +210,24 @@ def _entries(fits: list[dict], op: str, scope: str) -> dict[str, dict]:
 
 
 def calibration_json(fits: list[dict], *, scale: float, fitted_from: str,
-                     compute: dict[str, float] | None = None, dilation: float = 1.0) -> dict:
+                     compute: dict[str, float] | None = None, dilation: float = 1.0,
+                     topology: Topology | None = None) -> dict:
     """The calibration file (spiderflow.costmodel.calibration): p2p fits per path and per cluster,
-    two-cluster ring all-reduce fits (per-step alpha, per-hop beta) per pair, compute efficiencies."""
-    return {"paths": _entries(fits, "p2p", "wan"),
-            "intra": _entries(fits, "p2p", "intra"),
-            "rings": _entries(fits, "all_reduce", "pair"),
-            "gpu_efficiency": {device: min(1.0, e) for device, e in (compute or {}).items()},
-            "per_message_overhead_s": 0.0,  # the fitted alpha already contains it
-            "scale": scale,
-            "dilation": dilation,
-            "fitted_from": fitted_from,
-            "notes": NOTES}
+    two-cluster ring all-reduce fits (per-step alpha, per-hop beta) per pair, compute efficiencies
+    (clamped to [MIN_GPU_EFFICIENCY, 1], the range the loader accepts), and the ``topology`` the
+    fits were made on (name and ``Topology.sha256``), which the planner checks before applying it."""
+    out = {"paths": _entries(fits, "p2p", "wan"),
+           "intra": _entries(fits, "p2p", "intra"),
+           "rings": _entries(fits, "all_reduce", "pair"),
+           "gpu_efficiency": {device: min(1.0, max(MIN_GPU_EFFICIENCY, e)) for device, e in (compute or {}).items()},
+           "per_message_overhead_s": 0.0,  # the fitted alpha already contains it
+           "scale": scale,
+           "dilation": dilation,
+           "fitted_from": fitted_from,
+           "notes": NOTES}
+    if topology is not None:
+        out["topology"] = {"name": topology.name, "sha256": topology.sha256}
+    return out
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

@@ -22,6 +22,8 @@ from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, fit_comp
                                     group_records, latency_steps, read_jsonl)
 from emulator.errors import EmulatorError
 from spiderflow.costmodel.network import GBPS
+from spiderflow.errors import ConfigError
+from spiderflow.inputs import load_json, read_text
 
 KIND_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "S": "#55A868"}
 KIND_NAMES = {"F": "forward", "B": "backward", "S": "gradient sync"}
@@ -50,12 +52,12 @@ class Run:
 
 
 def _read_json(path: Path) -> dict:
+    """A run directory's JSON object, read through spiderflow.inputs (size, UTF-8, duplicate keys,
+    NaN/Infinity, nesting): one EmulatorError line otherwise."""
     try:
-        value = json.loads(path.read_text())
-    except OSError as exc:
-        raise EmulatorError(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise EmulatorError(f"{path}: line {exc.lineno} is not valid JSON ({exc.msg})") from None
+        value = load_json(read_text(path, what="JSON file"), str(path))
+    except ConfigError as exc:
+        raise EmulatorError(str(exc)) from None
     if not isinstance(value, dict):
         raise EmulatorError(f"{path}: top level must be a JSON object")
     return value

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
+from spiderflow.cliutil import (MAX_SEARCH_BUDGET, MAX_SEED, MAX_TIME_LIMIT_S, dumps, float_in, int_in, name_list,
+                                output_dir, output_file, power_of_two_in, seed_arg, time_limit_arg)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
+from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
 from spiderflow.simulate.engine import SimConfig, simulate
@@ -17,10 +19,10 @@ from spiderflow.topology import load_topology
 from spiderflow.traces import FORMATS, generate_trace, load_trace, write_trace
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text!r})")
-    return int(text)
+MAX_TRACE_JOBS = 10_000_000  # sanity bounds (a value past them is a typo)
+MAX_GENERATED_JOBS = 1_000_000
+MAX_INTERARRIVAL_S = 1e7  # about 116 days
+MAX_TRACE_GPUS = 1 << 20
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -28,15 +30,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", default="traces/synthetic-1000.csv")
     p.add_argument("--format", choices=FORMATS, help="trace format (default: told from the header)")
     p.add_argument("--skip-bad-rows", action="store_true")
-    p.add_argument("--jobs", type=_positive_int, help="replay only the first N jobs of the trace")
+    p.add_argument("--jobs", type=int_in(1, MAX_TRACE_JOBS), help="replay only the first N jobs of the trace")
     p.add_argument("--backfill", action="store_true", help="let later jobs start when the head cannot")
     p.add_argument("--charge-overhead", action="store_true", help="add scheduling overhead to the start delay")
     p.add_argument("--calibration")
-    p.add_argument("--time-limit", type=float, default=10.0, help="ILP time limit per decision, seconds")
-    p.add_argument("--search-budget", type=int, help="genetic trials per decision (default: the paper's 4,900)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--calibration-any-topology", action="store_true",
+                   help="apply --calibration although it records another topology than --topology")
+    p.add_argument("--time-limit", type=time_limit_arg, default=10.0,
+                   help=f"ILP time limit per decision, seconds, in (0, {MAX_TIME_LIMIT_S:g}] (default %(default)g)")
+    p.add_argument("--search-budget", type=int_in(1, MAX_SEARCH_BUDGET),
+                   help=f"genetic trials per decision, 1..{MAX_SEARCH_BUDGET:,} (default: the paper's 4,900)")
+    p.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    p.add_argument("--out", type=output_dir, help="directory for the results (made if missing)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON; a metric with no value (avg_jct_s when no job "
+                        "completed) is null")
 
 
 def add_simulate(sub) -> None:
@@ -49,7 +57,8 @@ def add_simulate(sub) -> None:
 def add_compare(sub) -> None:
     p = sub.add_parser("compare", help="replay a trace with several planners: the headline table")
     _common(p)
-    p.add_argument("--planners", default=",".join(PLANNERS))
+    p.add_argument("--planners", type=name_list(PLANNERS, "planner"), default=list(PLANNERS),
+                   help=f"comma-separated, each once (default all: {','.join(PLANNERS)})")
     p.set_defaults(func=cmd_compare)
 
 
@@ -57,12 +66,14 @@ def add_trace(sub) -> None:
     p = sub.add_parser("trace", help="trace tools")
     tsub = p.add_subparsers(dest="trace_cmd", required=True)
     g = tsub.add_parser("generate", help="a reproducible synthetic LLM-training trace")
-    g.add_argument("--jobs", type=_positive_int, required=True)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--jobs", type=int_in(1, MAX_GENERATED_JOBS), required=True, help=f"1..{MAX_GENERATED_JOBS:,}")
+    g.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
     g.add_argument("--arrival", choices=("poisson", "bursty"), default="poisson")
-    g.add_argument("--mean-interarrival", type=float, default=600.0, help="seconds")
-    g.add_argument("--max-gpus", type=int, default=512)
-    g.add_argument("--out", required=True)
+    g.add_argument("--mean-interarrival", type=float_in(0.0, MAX_INTERARRIVAL_S, "seconds"), default=600.0,
+                   help=f"seconds, in (0, {MAX_INTERARRIVAL_S:g}] (default %(default)g)")
+    g.add_argument("--max-gpus", type=power_of_two_in(8, MAX_TRACE_GPUS), default=512,
+                   help=f"a power of two in 8..{MAX_TRACE_GPUS:,} (default %(default)s)")
+    g.add_argument("--out", type=output_file, required=True, help="CSV file to write")
     g.set_defaults(func=cmd_trace_generate)
 
 
@@ -85,6 +96,7 @@ def _load(args):
     if trace.skipped or any(trace.dropped.values()) or not args.json:
         print(trace.summary(), file=sys.stderr)
     cal = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
+    check_calibration_applies(cal, topo, allow_other_topology=args.calibration_any_topology)
     return topo, jobs, cal
 
 
@@ -100,6 +112,15 @@ def _run(name: str, topo, jobs, cal, args) -> tuple[list, dict]:
     return records, summarise(records, topo.total_gpus)
 
 
+def _note_rejected(name: str, records: list, args) -> None:
+    """One stderr line when some jobs were rejected (no empty topology could host them)."""
+    rejected = [r for r in records if r.status == "rejected"]
+    if rejected:
+        where = f"every reason in {args.out}/jobs-{name}.csv" if args.out else "--out writes every reason"
+        print(f"{name}: {len(rejected)} of {len(records)} jobs rejected, e.g. {rejected[0].reason}; {where}",
+              file=sys.stderr)
+
+
 def _resolved(args, planners: list[str]) -> dict:
     return {"topology": args.topology, "trace": args.trace, "format": args.format, "jobs": args.jobs,
             "planners": planners, "backfill": args.backfill, "charge_overhead": args.charge_overhead,
@@ -107,26 +128,48 @@ def _resolved(args, planners: list[str]) -> dict:
             "search_budget": args.search_budget, "seed": args.seed}
 
 
+def _none_placeable(args, records_by_planner: dict[str, list]) -> None:
+    """A trace none of whose jobs any planner could place even on the empty topology is bad input
+    (the wrong trace for this topology, or a typo in it), not a result: every metric would be empty.
+    One line naming the first job's reason; a trace with some placeable jobs reports the others as
+    ``rejected`` with their reason in the jobs CSV."""
+    if all(r.status == "rejected" for records in records_by_planner.values() for r in records):
+        records = next(iter(records_by_planner.values()))
+        raise ConfigError(f"{args.trace}: none of its {len(records)} jobs can be placed on {args.topology} "
+                          f"({records[0].reason}); give a topology with "
+                          "enough GPUs for them, or a trace made for this topology")
+
+
 def cmd_simulate(args) -> int:
     topo, jobs, cal = _load(args)
     records, summary = _run(args.planner, topo, jobs, cal, args)
+    _none_placeable(args, {args.planner: records})
+    _note_rejected(args.planner, records, args)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         write_rows(records, out / f"jobs-{args.planner}.csv")
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        (out / "config.json").write_text(json.dumps(_resolved(args, [args.planner]), indent=2))
+        (out / "summary.json").write_text(dumps(summary))
+        (out / "config.json").write_text(dumps(_resolved(args, [args.planner])))
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(dumps(summary))
     else:
         for key in SUMMARY_KEYS:
             value = summary[key]
-            print(f"{key:>24}: {value:.4g}" if isinstance(value, float) else f"{key:>24}: {value}")
+            if value is None:  # no value (see summarise), e.g. avg_jct_s when no job completed
+                print(f"{key:>24}: n/a")
+            else:
+                print(f"{key:>24}: {value:.4g}" if isinstance(value, float) else f"{key:>24}: {value}")
     return 0
 
 
-def _ratio(a: float, b: float) -> float:
-    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
+def _ratio(a: float | None, b: float | None) -> float | None:
+    ok = a is not None and b is not None and b and not math.isnan(a) and not math.isnan(b)
+    return a / b if ok else None
+
+
+def _fmt(x: float | None, spec: str, factor: float = 1.0, suffix: str = "") -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x * factor:{spec}}{suffix}"
 
 
 def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
@@ -135,38 +178,39 @@ def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
              "| JCT vs SpinSearch | throughput: SpinSearch x | overhead: SpinSearch lower by |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summaries.items():
-        jct = _ratio(s["avg_jct_s"], ref["avg_jct_s"]) if ref else math.nan
-        thr = _ratio(ref["throughput_tokens_per_s"], s["throughput_tokens_per_s"]) if ref else math.nan
-        ovh = _ratio(s["avg_overhead_s"], ref["avg_overhead_s"]) if ref else math.nan
-        lines.append(f"| {name} | {s['completed']}/{s['jobs']} | {s['avg_jct_s'] / 3600:.2f} | "
-                     f"{s['p95_jct_s'] / 3600:.2f} | {s['throughput_tokens_per_s']:.4g} | "
-                     f"{s['avg_overhead_s'] * 1e3:.1f} | {jct:.2f}x | {thr:.2f}x | {ovh:.3g}x |")
+        jct = _ratio(s["avg_jct_s"], ref["avg_jct_s"]) if ref else None
+        thr = _ratio(ref["throughput_tokens_per_s"], s["throughput_tokens_per_s"]) if ref else None
+        ovh = _ratio(s["avg_overhead_s"], ref["avg_overhead_s"]) if ref else None
+        lines.append(f"| {name} | {s['completed']}/{s['jobs']} | {_fmt(s['avg_jct_s'], '.2f', 1 / 3600)} | "
+                     f"{_fmt(s['p95_jct_s'], '.2f', 1 / 3600)} | {_fmt(s['throughput_tokens_per_s'], '.4g')} | "
+                     f"{_fmt(s['avg_overhead_s'], '.1f', 1e3)} | {_fmt(jct, '.2f', suffix='x')} | "
+                     f"{_fmt(thr, '.2f', suffix='x')} | {_fmt(ovh, '.3g', suffix='x')} |")
     return "\n".join(lines)
 
 
 def cmd_compare(args) -> int:
-    planners = [p.strip() for p in args.planners.split(",") if p.strip()]
-    for name in planners:
-        if name not in PLANNERS:
-            raise ConfigError(f"--planners: unknown planner {name!r}; known: {', '.join(PLANNERS)}")
+    planners = list(args.planners)  # known and distinct: checked by the option's type
     topo, jobs, cal = _load(args)
-    summaries, jcts = {}, {}
+    summaries, jcts, records = {}, {}, {}
+    for name in planners:
+        records[name], summaries[name] = _run(name, topo, jobs, cal, args)
+        jcts[name] = [r.jct_s for r in records[name] if r.jct_s is not None]
+    _none_placeable(args, records)
+    for name in planners:
+        _note_rejected(name, records[name], args)
     out = Path(args.out) if args.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    for name in planners:
-        records, summaries[name] = _run(name, topo, jobs, cal, args)
-        jcts[name] = [r.jct_s for r in records if r.jct_s is not None]
-        if out:
-            write_rows(records, out / f"jobs-{name}.csv")
+        for name in planners:
+            write_rows(records[name], out / f"jobs-{name}.csv")
     table = headline(summaries)
     if out:
-        (out / "summary.json").write_text(json.dumps({"planners": summaries}, indent=2))
-        (out / "config.json").write_text(json.dumps(_resolved(args, planners), indent=2))
+        (out / "summary.json").write_text(dumps({"planners": summaries}))
+        (out / "config.json").write_text(dumps(_resolved(args, planners)))
         (out / "headline.md").write_text(table + "\n")
         jct_cdf_png(jcts, out / "jct_cdf.png", f"JCT CDF: {Path(args.trace).name} on {topo.name}")
     if args.json:
-        print(json.dumps({"planners": summaries}, indent=2))
+        print(dumps({"planners": summaries}))
     else:
         print(table)
         if out:

@@ -14,14 +14,17 @@ SUMMARY_KEYS = ("jobs", "completed", "rejected", "avg_jct_s", "p50_jct_s", "p95_
                 "avg_overhead_s", "total_overhead_s")
 
 
-def _pct(xs: list[float], q: float) -> float:
+def _pct(xs: list[float], q: float) -> float | None:
     if not xs:
-        return math.nan
+        return None
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
 
 
 def summarise(records: list[JobRecord], total_gpus: int) -> dict:
+    """The run's metrics (:data:`SUMMARY_KEYS`). A metric that has no value is None (null in JSON),
+    never NaN: the JCT and queue metrics when no job completed, throughput, jobs per hour and GPU
+    utilisation when the makespan is 0 (no job completed), avg_overhead_s when no job was placed."""
     done = [r for r in records if r.status == "done"]
     jcts = [r.jct_s for r in done]
     if done:
@@ -36,15 +39,15 @@ def summarise(records: list[JobRecord], total_gpus: int) -> dict:
         "jobs": len(records),
         "completed": len(done),
         "rejected": sum(r.status == "rejected" for r in records),
-        "avg_jct_s": statistics.fmean(jcts) if jcts else math.nan,
+        "avg_jct_s": statistics.fmean(jcts) if jcts else None,
         "p50_jct_s": _pct(jcts, 0.50),
         "p95_jct_s": _pct(jcts, 0.95),
-        "avg_queue_s": statistics.fmean([r.queue_s for r in done]) if done else math.nan,
+        "avg_queue_s": statistics.fmean([r.queue_s for r in done]) if done else None,
         "makespan_s": makespan,
-        "throughput_tokens_per_s": tokens / makespan if makespan > 0 else math.nan,
-        "jobs_per_hour": len(done) / makespan * 3600 if makespan > 0 else math.nan,
-        "gpu_utilization": gpu_s / (total_gpus * makespan) if makespan > 0 else math.nan,
-        "avg_overhead_s": statistics.fmean([r.overhead_s for r in decided]) if decided else math.nan,
+        "throughput_tokens_per_s": tokens / makespan if makespan > 0 else None,
+        "jobs_per_hour": len(done) / makespan * 3600 if makespan > 0 else None,
+        "gpu_utilization": gpu_s / (total_gpus * makespan) if makespan > 0 else None,
+        "avg_overhead_s": statistics.fmean([r.overhead_s for r in decided]) if decided else None,
         "total_overhead_s": sum(r.overhead_s for r in records),
     }
 

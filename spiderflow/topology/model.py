@@ -15,8 +15,10 @@ pairs cost O(V E log V) on first use and nothing afterwards.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -186,6 +188,20 @@ class Topology:
                 cur = prev
             paths[dst] = Path(clusters=tuple(reversed(nodes)), links=tuple(reversed(links)))
         return paths
+
+    @cached_property
+    def sha256(self) -> str:
+        """Hash of the network itself: clusters and links with every default resolved, in a canonical
+        order and orientation, floats as floats. Not of the file's bytes, so comments, key order,
+        ``1`` vs ``1.0``, link direction, ``location``, ``name`` and ``routing`` leave it unchanged.
+        A calibration file records it (spiderflow.costmodel.calibration)."""
+        clusters = [[c.name, c.gpu, c.nodes, c.gpus_per_node, float(c.intra_node_bandwidth_gbps),
+                     float(c.intra_cluster_bandwidth_gbps), float(c.intra_cluster_latency_ms)]
+                    for c in sorted(self.clusters, key=lambda c: c.name)]
+        links = [[*link.key, float(link.bandwidth_gbps), float(link.latency_ms), float(link.jitter_ms),
+                  float(link.loss_pct)] for link in sorted(self.links, key=lambda link: link.key)]
+        canonical = json.dumps({"clusters": clusters, "links": links}, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
     def with_routing(self, routing: str) -> "Topology":
         return Topology(name=self.name, clusters=self.clusters, links=self.links,

@@ -32,11 +32,13 @@ finished = job status Terminated. No job type.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from spiderflow.errors import ConfigError
-from spiderflow.traces.common import RowError, RowSink, TraceLoad, csv_rows, float_field, read_text
+from spiderflow.traces.common import (MAX_INSTANCES, MAX_PLAN_GPU_PERCENT, MAX_TIME_S, RowError, RowSink,
+                                      TraceLoad, check_duration, csv_rows, float_field, named, read_text, shown)
 from spiderflow.traces.mapping import MappingOptions, PublicJob
 from spiderflow.traces.public import finish
 
@@ -59,12 +61,15 @@ class _Tasks:
 
 def _rows(path: Path, columns: tuple[str, ...], sink: RowSink):
     source = str(path)
-    for line, fields in csv_rows(read_text(path, source)):
+    for line, fields in csv_rows(read_text(path)):
+        if isinstance(fields, RowError):
+            sink.bad(line, named(fields, columns), source=source)
+            continue
         if tuple(fields) == columns:
             continue  # a header line copied from the .header file
         if len(fields) != len(columns):
             sink.bad(line, RowError("row", f"has {len(fields)} fields but {path.name} rows have "
-                                    f"{len(columns)}: {','.join(columns)} (got {','.join(fields)!r})"),
+                                    f"{len(columns)}: {','.join(columns)} (got {shown(','.join(fields))})"),
                      source=source)
             continue
         yield line, dict(zip(columns, fields)), source
@@ -72,7 +77,7 @@ def _rows(path: Path, columns: tuple[str, ...], sink: RowSink):
 
 def _status(row: dict[str, str]) -> str:
     if row["status"] not in STATUSES:
-        raise RowError("status", f"must be one of {', '.join(STATUSES)} (got {row['status']!r})")
+        raise RowError("status", f"must be one of {', '.join(STATUSES)} (got {shown(row['status'])})")
     return row["status"]
 
 
@@ -88,13 +93,16 @@ def read_tasks(path: Path, sink: RowSink) -> dict[str, _Tasks]:
         try:
             name = _name(row)
             status = _status(row)
-            inst = float_field(row, "inst_num")
-            plan_gpu = float_field(row, "plan_gpu", optional=True) or 0.0
-            start = float_field(row, "start_time", optional=True)
-            end = float_field(row, "end_time", optional=True)
-            if start is not None and end is not None and end < start:
-                raise RowError("end_time", f"must not precede start_time={row['start_time']} "
-                               f"(got {row['end_time']!r})")
+            # bounded before the product below: inst_num x plan_gpu stays finite
+            inst = float_field(row, "inst_num", maximum=MAX_INSTANCES)
+            plan_gpu = float_field(row, "plan_gpu", optional=True, maximum=MAX_PLAN_GPU_PERCENT) or 0.0
+            start = float_field(row, "start_time", optional=True, maximum=MAX_TIME_S)
+            end = float_field(row, "end_time", optional=True, maximum=MAX_TIME_S)
+            if start is not None and end is not None:
+                if end < start:
+                    raise RowError("end_time", f"must not precede start_time={row['start_time']} "
+                                   f"(got {row['end_time']!r})")
+                check_duration(end - start, "end_time", row["end_time"])
         except RowError as err:
             sink.bad(line, err, source=source)
             continue
@@ -116,9 +124,10 @@ def read_jobs(path: Path, sink: RowSink) -> dict[str, tuple[float, bool]]:
         try:
             name = _name(row)
             if name in seen:
-                raise RowError("job_name", f"repeats line {seen[name]} (got {name!r}); each job must appear once")
+                raise RowError("job_name", f"repeats line {seen[name]} (got {shown(name)}); "
+                               "each job must appear once")
             finished = _status(row) == FINISHED
-            submit = float_field(row, "start_time")
+            submit = float_field(row, "start_time", maximum=MAX_TIME_S)
         except RowError as err:
             sink.bad(line, err, source=source)
             continue
@@ -130,6 +139,9 @@ def read_jobs(path: Path, sink: RowSink) -> dict[str, tuple[float, bool]]:
 def resolve_tables(path: Path, *, job_table: object = None, task_table: object = None
                    ) -> tuple[Path, Path | None]:
     """(task table, job table or None) from ``path`` and the options."""
+    for name, value in (("job_table", job_table), ("task_table", task_table)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise ConfigError(f"trace option {name} must be a file path (got {shown(value)})")
     given = {"job": Path(job_table) if job_table else None, "task": Path(task_table) if task_table else None}
     folder = path if path.is_dir() else path.parent
     if not path.is_dir():
@@ -149,7 +161,7 @@ def sniff_table(path: Path) -> str | None:
     """'task' or 'job' for a v2020 table, judged by its first line; None otherwise."""
     try:
         with open(path, encoding="utf-8-sig") as fh:
-            first = fh.readline()
+            first = fh.readline(65536)
     except (OSError, UnicodeDecodeError):
         return None
     fields = [f.strip() for f in first.rstrip("\r\n").split(",")]

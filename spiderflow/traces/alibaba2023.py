@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from spiderflow.traces.common import RowError, TraceLoad, float_field, text_field
+from spiderflow.traces.common import MAX_TIME_S, RowError, TraceLoad, check_duration, float_field, shown, text_field
 from spiderflow.traces.mapping import PublicJob
-from spiderflow.traces.public import load_public_csv
+from spiderflow.traces.public import gpu_field, load_public_csv
 
 REQUIRED = ("name", "num_gpu", "gpu_milli", "pod_phase", "creation_time", "deletion_time",
             "scheduled_time")
@@ -38,22 +38,22 @@ FINISHED = ("Succeeded", "Running")
 
 def parse_row(row: Mapping[str, str]) -> PublicJob:
     name = text_field(row, "name")
-    gpus = float_field(row, "num_gpu")
-    milli = float_field(row, "gpu_milli", optional=True) or 0.0
+    gpus = gpu_field(row, "num_gpu")
+    milli = float_field(row, "gpu_milli", optional=True, maximum=1000.0) or 0.0  # thousandths of one GPU
     if gpus == 0 and milli > 0:  # a GPU share without a whole GPU
         gpus = milli / 1000.0
     phase = row["pod_phase"]
     if phase not in PHASES:
-        raise RowError("pod_phase", f"must be one of {', '.join(PHASES)} (got {phase!r})")
-    created = float_field(row, "creation_time")
-    deleted = float_field(row, "deletion_time", optional=True)
-    scheduled = float_field(row, "scheduled_time", optional=True)
+        raise RowError("pod_phase", f"must be one of {', '.join(PHASES)} (got {shown(phase)})")
+    created = float_field(row, "creation_time", maximum=MAX_TIME_S)
+    deleted = float_field(row, "deletion_time", optional=True, maximum=MAX_TIME_S)
+    scheduled = float_field(row, "scheduled_time", optional=True, maximum=MAX_TIME_S)
     run = None
     if scheduled is not None and deleted is not None:
         if deleted < scheduled:
             raise RowError("deletion_time", f"must not precede scheduled_time={row['scheduled_time']} "
                            f"(got {row['deletion_time']!r})")
-        run = deleted - scheduled
+        run = check_duration(deleted - scheduled, "deletion_time", row["deletion_time"])
     return PublicJob(job_id=name, submit_s=created, gpus=gpus, duration_s=run,  # type: ignore[arg-type]
                      finished=phase in FINISHED)
 

@@ -6,21 +6,56 @@ file, the line, the field, the value and the fix, e.g.
 ``traces/x.csv:14: gpus must be a positive integer (got 'abc')``.
 A bad *row* raises :class:`RowError` inside a reader; :class:`RowSink` turns it
 into that ConfigError, or counts and skips it when ``skip_bad_rows`` is set.
+
+Every number is checked against the bounds below *before* any arithmetic, so
+no sum, product or rounding of trace values can overflow or turn into
+``inf``/``nan``. The bounds are far beyond any real trace; they are there to
+catch corrupt values, not to judge jobs (a job too big for every topology is
+the simulator's business).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from spiderflow.errors import ConfigError
+from spiderflow.inputs import read_text as read_input
 from spiderflow.workload import Job
 
 SKIP_HINT = "fix the row or skip bad rows (skip_bad_rows=True, --skip-bad-rows)"
+
+# --- bounds on trace values (docs/traces.md, "Errors") ---
+MAX_TRACE_BYTES = 1 << 30  # 1 GiB: a wrong path (a disk image, a core dump) fails fast, not out of memory
+MAX_GPUS = 1 << 20  # GPUs of one job: 1,048,576, far beyond the largest GPU clusters built (~10^5)
+MAX_ITERATIONS = 10**12
+MAX_BATCH = 1 << 24  # sequences per global batch (LLM pretraining uses ~10^3)
+MAX_SEQ_LEN = 1 << 24  # tokens per sequence
+MAX_PRIORITY = 10**9  # |priority|
+MAX_TIME_S = 1e11  # a time in seconds on a trace's clock (~3,170 years; POSIX time is ~1.7e9 today)
+MAX_DURATION_S = 1e9  # a job's run time (~31.7 years)
+MAX_INSTANCES = 1e6  # Alibaba v2020 inst_num: instances of one task
+MAX_PLAN_GPU_PERCENT = 1e4  # Alibaba v2020 plan_gpu: 100 GPUs per instance
+# date-time fields: traces of GPU clusters fall between these (the public ones in 2017-2024)
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=timezone.utc), datetime(2100, 1, 1, tzinfo=timezone.utc)
+MAX_NUMBER_CHARS = 64  # an integer of more digits is too large; a date-time of more characters is no date
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)``, cut to ``limit`` characters, for an error message that stays one short line."""
+    try:
+        text = repr(value)
+    except RecursionError:  # a JSON value nested nearly as deep as the decoder allows
+        text = f"<{type(value).__name__} nested too deeply>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +84,24 @@ class TraceLoad:
 
 
 class RowError(Exception):
-    """One bad field of one row: ``field`` and a message that holds the value and fix."""
+    """One bad field of one row: ``field`` and a message that holds the value and fix.
 
-    def __init__(self, field_name: str, message: str) -> None:
+    ``column`` (0-based) is set where only the field's position is known (a CSV
+    field too long to parse); :func:`named` gives it the header's name.
+    """
+
+    def __init__(self, field_name: str, message: str, *, column: int | None = None) -> None:
         super().__init__(f"{field_name} {message}")
         self.field_name = field_name
         self.message = message
+        self.column = column
+
+
+def named(err: RowError, columns: list[str] | tuple[str, ...]) -> RowError:
+    """``err`` with its field named after ``columns[err.column]`` where only the position is known."""
+    if err.column is not None and err.column < len(columns):
+        return RowError(columns[err.column], err.message)
+    return err
 
 
 class RowSink:
@@ -71,23 +118,56 @@ class RowSink:
         self.skipped += 1
 
 
-def read_text(path: str | Path, source: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8-sig")
-    except IsADirectoryError:
-        raise ConfigError(f"{source}: is a directory, not a trace file; name the file") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: is not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                          "pass a CSV or JSON trace") from None
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read trace file ({exc.strerror})") from None
+def read_text(path: str | Path) -> str:
+    """The trace file's text (:func:`spiderflow.inputs.read_text`: a directory, a
+    byte that is not UTF-8 or a file over MAX_TRACE_BYTES is one ConfigError line)."""
+    return read_input(path, what="trace file", max_bytes=MAX_TRACE_BYTES)
 
 
-def csv_rows(text: str) -> Iterator[tuple[int, list[str]]]:
-    """``(line number, fields)`` of each non-blank, non-comment (``#``) CSV line."""
-    lines = ("" if ln.lstrip().startswith("#") else ln for ln in text.splitlines())
-    reader = csv.reader(lines)
-    for fields in reader:
+def _lines(text: str) -> Iterator[str]:
+    """Lines split at ``\\n`` only (``str.splitlines`` also splits at form feeds and U+2028,
+    which would shift the line numbers an editor shows); comment lines become blank."""
+    for ln in io.StringIO(text, newline="\n"):
+        ln = ln.rstrip("\n")
+        ln = ln[:-1] if ln.endswith("\r") else ln
+        yield "" if ln.lstrip().startswith("#") else ln
+
+
+def _csv_error(exc: csv.Error, line: str) -> RowError:
+    if "field larger than field limit" not in str(exc):
+        return RowError("row", f"is not valid CSV ({exc})")
+    limit = csv.field_size_limit()
+    why = f"is longer than {limit:,} characters; no trace field is that long (a stray quote?)"
+    column = None
+    if '"' not in line:  # unquoted: the n-th comma-separated piece is the n-th field
+        column = next((i for i, f in enumerate(line.split(",")) if len(f) > limit), None)
+    if column is None:
+        return RowError("row", "has a field that " + why)
+    return RowError(f"field {column + 1}", why, column=column)
+
+
+def csv_rows(text: str) -> Iterator[tuple[int, list[str] | RowError]]:
+    """``(line number, fields or RowError)`` of each non-blank, non-comment (``#``) CSV line.
+
+    A line the csv module cannot parse (a field over its 128 KiB limit, a
+    stray quote) is a RowError on that line; reading goes on with the next.
+    """
+    last = [""]  # the line the reader took last, to find a too-long field in
+
+    def feed() -> Iterator[str]:
+        for ln in _lines(text):
+            last[0] = ln
+            yield ln
+
+    reader = csv.reader(feed())
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield reader.line_num, _csv_error(exc, last[0])
+            continue
         if not fields or all(not f.strip() for f in fields):
             continue
         yield reader.line_num, [f.strip() for f in fields]
@@ -106,26 +186,31 @@ def header_rows(text: str, source: str, *, required: Iterable[str], fmt: str,
         header_line, header = next(rows)
     except StopIteration:
         raise ConfigError(f"{source}: is empty; format {fmt} needs a header line and job rows") from None
+    if isinstance(header, RowError):
+        raise ConfigError(f"{source}:{header_line}: header {header}; format {fmt} needs "
+                          f"{','.join(required)}")
     missing = [c for c in required if c not in header]
     if missing:
         raise ConfigError(f"{source}:{header_line}: header lacks column(s) {', '.join(missing)} "
-                          f"(got {','.join(header)}); format {fmt} needs {','.join(required)}")
+                          f"(got {shown(','.join(header), 80)}); format {fmt} needs {','.join(required)}")
     if allowed is not None:
         allowed = list(allowed)
         unknown = [c for c in header if c not in allowed]
         if unknown:
-            raise ConfigError(f"{source}:{header_line}: header column {unknown[0]!r} is not known; "
+            raise ConfigError(f"{source}:{header_line}: header column {shown(unknown[0])} is not known; "
                               f"allowed: {','.join(allowed)}")
     dupes = sorted({c for c in header if header.count(c) > 1})
     if dupes:
-        raise ConfigError(f"{source}:{header_line}: header repeats column(s) {', '.join(dupes)}; "
+        raise ConfigError(f"{source}:{header_line}: header repeats column(s) {shown(', '.join(dupes))}; "
                           "keep one of each")
 
     def records() -> Iterator[tuple[int, dict[str, str] | RowError]]:
         for line, fields in rows:
-            if len(fields) != len(header):
+            if isinstance(fields, RowError):
+                yield line, named(fields, header)
+            elif len(fields) != len(header):
                 yield line, RowError("row", f"has {len(fields)} fields but the header has "
-                                     f"{len(header)} (got {','.join(fields)!r})")
+                                     f"{len(header)} (got {shown(','.join(fields))})")
             else:
                 yield line, dict(zip(header, fields))
 
@@ -141,31 +226,48 @@ def text_field(row: Mapping[str, str], name: str) -> str:
     return value
 
 
-def int_field(row: Mapping[str, str], name: str, *, minimum: int = 1) -> int:
+def _bound(value: float) -> str:
+    return f"{int(value):,}" if value == int(value) and value <= 1e7 else f"{value:g}"
+
+
+def int_field(row: Mapping[str, str], name: str, *, minimum: int = 1, maximum: int) -> int:
+    """An integer in [minimum, maximum], written in ASCII digits."""
     raw = row[name]
-    try:
-        value = int(raw)
-    except ValueError:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise RowError(name, f"must be {kind} (got {raw!r})") from None
+    kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    if not _INT.match(raw):
+        raise RowError(name, f"must be {kind} (got {shown(raw)})")
+    # more digits than MAX_NUMBER_CHARS: too large, and int() would refuse past 4,300 digits
+    value = int(raw) if len(raw.lstrip("+-").lstrip("0")) <= MAX_NUMBER_CHARS else math.inf
     if value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise RowError(name, f"must be {kind} (got {raw!r})")
-    return value
+        raise RowError(name, f"must be {kind} (got {shown(raw)})")
+    if value > maximum:
+        raise RowError(name, f"must be at most {_bound(maximum)} (got {shown(raw)})")
+    return value  # type: ignore[return-value]
 
 
-def float_field(row: Mapping[str, str], name: str, *, minimum: float = 0.0,
+def float_field(row: Mapping[str, str], name: str, *, minimum: float = 0.0, maximum: float,
                 optional: bool = False) -> float | None:
-    """A finite number >= ``minimum``; blank (or ``nan``, as pandas writes it) is None if ``optional``."""
+    """A number in [minimum, maximum]; blank (or ``nan``, as pandas writes it) is None if ``optional``.
+
+    Only plain decimal text is read (``12``, ``-0.5``, ``1e6``): not ``inf``,
+    ``1_000`` or 400-digit integers, which ``float()`` would take or choke on.
+    """
     raw = row[name]
     if optional and raw.lower() in ("", "nan", "none", "null"):
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < minimum:
-        raise RowError(name, f"must be a number >= {minimum:g} (got {raw!r})")
+    value = float(raw) if _NUMBER.match(raw) else math.nan  # 400 digits: inf, refused below
+    if math.isnan(value) or value < minimum:
+        raise RowError(name, f"must be a number >= {minimum:g} (got {shown(raw)})")
+    if value > maximum:
+        raise RowError(name, f"must be at most {_bound(maximum)} (got {shown(raw)})")
+    return value
+
+
+def check_duration(value: float, name: str, raw: str) -> float:
+    """A run time computed from two times, within MAX_DURATION_S."""
+    if value > MAX_DURATION_S:
+        raise RowError(name, f"makes a run time of {value:.3g} s, more than {MAX_DURATION_S:g} s "
+                       f"(got {shown(raw)}); check the times")
     return value
 
 
@@ -178,12 +280,18 @@ def time_field(row: Mapping[str, str], name: str, *, optional: bool = False) -> 
 
 
 def parse_time(raw: object, name: str) -> float:
+    """A date-time between EARLIEST and LATEST as POSIX seconds; no zone means UTC."""
     if not isinstance(raw, str):
-        raise RowError(name, f"must be a date-time string like '2023-03-01 00:18:22+08:00' (got {raw!r})")
+        raise RowError(name, f"must be a date-time string like '2023-03-01 00:18:22+08:00' (got {shown(raw)})")
     try:
+        if len(raw) > MAX_NUMBER_CHARS:
+            raise ValueError(raw)
         stamp = datetime.fromisoformat(raw)
     except ValueError:
-        raise RowError(name, f"must be a date-time like '2023-03-01 00:18:22+08:00' (got {raw!r})") from None
+        raise RowError(name, f"must be a date-time like '2023-03-01 00:18:22+08:00' (got {shown(raw)})") from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=timezone.utc)
+    if not EARLIEST <= stamp < LATEST:
+        raise RowError(name, f"must be between {EARLIEST.year} and {LATEST.year} (got {shown(raw)}); "
+                       "check the date")
     return stamp.timestamp()

@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from spiderflow.errors import ConfigError
+from spiderflow.inputs import finite
+from spiderflow.traces.common import MAX_GPUS, MAX_TIME_S, shown
 from spiderflow.traces.mapping import BATCH_BY_MODEL, MODEL_LADDER, reference_iteration_time_s, state_fraction
 from spiderflow.workload import Job
 
@@ -39,6 +41,10 @@ ARRIVALS = ("poisson", "bursty")
 # A model "fits" a job when its training state (mapping.state_fraction: 16 bytes/param against
 # 40 GB per GPU) takes at most a quarter of the memory, leaving room for activations.
 FIT_FRACTION = 0.25
+# Bounds on the arguments: generating a million jobs takes seconds; more is a typo, not a trace.
+MAX_JOBS = 1_000_000
+MAX_MEAN_INTERARRIVAL_S = 1e7  # ~116 days
+MAX_BURST_JOBS = 1000.0  # mean jobs per burst (a sweep)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,29 +92,38 @@ def fits(model: str, gpus: int) -> bool:
 def _check(jobs: int, seed: int, arrival: str, mean_interarrival_s: float, burst_jobs: float,
            burst_gap_ratio: float, max_gpus: int, mix: Mapping[str, float]) -> None:
     def bad(name: str, rule: str, value: object) -> ConfigError:
-        return ConfigError(f"trace generate: {name} must be {rule} (got {value!r})")
+        return ConfigError(f"trace generate: {name} must be {rule} (got {shown(value)})")
 
     if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral) or jobs < 1:
         raise bad("jobs", "a positive integer", jobs)
+    if jobs > MAX_JOBS:
+        raise bad("jobs", f"at most {MAX_JOBS:,}", jobs)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise bad("seed", "an integer", seed)
-    if arrival not in ARRIVALS:
+    if not isinstance(arrival, str) or arrival not in ARRIVALS:
         raise bad("arrival", f"one of {', '.join(ARRIVALS)}", arrival)
-    for name, value, low in (("mean_interarrival_s", mean_interarrival_s, 0.0),
-                             ("burst_jobs", burst_jobs, 1.0)):
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= low:
+    for name, value, low, high in (("mean_interarrival_s", mean_interarrival_s, 0.0, MAX_MEAN_INTERARRIVAL_S),
+                                   ("burst_jobs", burst_jobs, 1.0, MAX_BURST_JOBS)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value <= low:
             raise bad(name, f"a number > {low:g}", value)
-    if not isinstance(burst_gap_ratio, (int, float)) or not 0 < burst_gap_ratio < 1:
+        if not finite(value) or value > high:  # finite(): 10**400 is an int math.isfinite cannot take
+            raise bad(name, f"at most {high:g}", value)
+    if not finite(burst_gap_ratio) or not 0 < burst_gap_ratio < 1:
         raise bad("burst_gap_ratio", "a number in (0, 1)", burst_gap_ratio)
     if isinstance(max_gpus, bool) or not isinstance(max_gpus, int) or max_gpus < 8 or max_gpus & (max_gpus - 1):
         raise bad("max_gpus", "a power of two >= 8", max_gpus)
+    if max_gpus > MAX_GPUS:
+        raise bad("max_gpus", f"at most {MAX_GPUS:,}", max_gpus)
     for name, share in mix.items():
         if name not in CLASSES:
             raise bad("mix", f"keyed by {', '.join(CLASSES)}", name)
-        if not isinstance(share, (int, float)) or not math.isfinite(share) or share < 0:
-            raise bad(f"mix[{name}]", "a number >= 0", share)
+        if not finite(share) or share < 0:
+            raise bad(f"mix[{name}]", "a finite number >= 0", share)
     if sum(mix.values()) <= 0:
         raise bad("mix", "a mapping with some share > 0", dict(mix))
+    if jobs * mean_interarrival_s > MAX_TIME_S / 2:  # the last arrival must stay a valid arrival_s
+        raise ConfigError(f"trace generate: jobs x mean_interarrival_s must be at most {MAX_TIME_S / 2:g} s "
+                          f"(got {jobs} x {mean_interarrival_s:g}); lower one of them")
 
 
 def _gap(rng: random.Random, arrival: str, mean_s: float, burst_jobs: float, ratio: float) -> float:
@@ -143,6 +158,8 @@ def generate_trace(jobs: int, seed: int, *, arrival: str = "poisson", mean_inter
     weights for the counts that remain; models are refitted to the GPUs);
     ``mix`` overrides :data:`DEFAULT_MIX` (shares are normalised).
     """
+    if mix is not None and not isinstance(mix, Mapping):
+        raise ConfigError(f"trace generate: mix must be a mapping of class -> share (got {shown(mix)})")
     mix = dict(DEFAULT_MIX if mix is None else mix)
     _check(jobs, seed, arrival, mean_interarrival_s, burst_jobs, burst_gap_ratio, max_gpus, mix)
     rng = random.Random(int(seed))
@@ -153,6 +170,9 @@ def generate_trace(jobs: int, seed: int, *, arrival: str = "poisson", mean_inter
     for i in range(int(jobs)):  # one job's draws at a time, so a shorter trace is a prefix of a longer
         if i:
             t += _gap(rng, arrival, float(mean_interarrival_s), float(burst_jobs), float(burst_gap_ratio))
+            if t > MAX_TIME_S:  # a rare long tail of bursty gaps; the product check above keeps the mean lower
+                raise ConfigError(f"trace generate: arrivals pass {MAX_TIME_S:g} s at job {i}; "
+                                  "lower jobs, mean_interarrival_s or burst_jobs")
         cls = CLASSES[rng.choices(names, [mix[n] for n in names])[0]]
         model, gpus, target_s = _one(rng, cls, max_gpus)
         batch, seq = BATCH_BY_MODEL[model]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from spiderflow.errors import ConfigError
 from spiderflow.traces.acme import load_acme
 from spiderflow.traces.alibaba2020 import load_alibaba2020
 from spiderflow.traces.alibaba2023 import load_alibaba2023
-from spiderflow.traces.common import TraceLoad
+from spiderflow.traces.common import TraceLoad, shown
 from spiderflow.traces.helios import load_helios
 from spiderflow.traces.ours import load_ours
 from spiderflow.traces.philly import load_philly
@@ -31,13 +32,17 @@ def load_trace(path: str | Path, *, format: str | None = None, skip_bad_rows: bo
     alibaba-v2020): see :mod:`spiderflow.traces.mapping`. Jobs come sorted by
     arrival; a public trace's first kept job arrives at 0 s, ours keeps its times.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"trace path must be a file path (got {type(path).__name__})")
+    if "\x00" in str(path):
+        raise ConfigError(f"trace path {shown(str(path))} holds a NUL byte; give the file's path")
     source = str(path)
     if format is None:
         if not Path(path).exists():
             raise ConfigError(f"{source}: no such trace file; check the path")
         format = sniff_format(path, source=source)
-    elif format not in READERS:
-        raise ConfigError(f"--format must be one of {', '.join(FORMATS)} (got {format!r})")
+    elif not isinstance(format, str) or format not in READERS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)} (got {shown(format)})")
     if format == "ours" and options:
         raise ConfigError(f"trace option {sorted(options)[0]!r} applies only to public traces; "
                           "our CSV already names model, GPUs and iterations")

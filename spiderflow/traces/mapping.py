@@ -39,6 +39,8 @@ from dataclasses import dataclass, fields
 
 from spiderflow.errors import ConfigError
 from spiderflow.hardware import GPUS
+from spiderflow.inputs import finite
+from spiderflow.traces.common import MAX_BATCH, MAX_DURATION_S, MAX_GPUS, MAX_SEQ_LEN, shown
 from spiderflow.workload import MODELS, Job
 
 # Ordered by parameter count: the ladder KIND_SHIFT moves along.
@@ -80,6 +82,8 @@ BATCH_BY_MODEL: dict[str, tuple[int, int]] = {
 REFERENCE_GPU = "a100-80gb"  # the GPU whose achieved FLOP/s turns run time into iterations
 
 DROP_REASONS = ("no_gpus", "not_finished", "no_runtime", "below_min_gpus")
+# iteration_time_s at least 1 ms: run times (<= MAX_DURATION_S) then give at most 10^12 iterations
+MIN_ITERATION_TIME_S = 1e-3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,21 +102,27 @@ class MappingOptions:
         for name in ("min_gpus", "max_gpus"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
-                raise ConfigError(f"trace option {name} must be a power of two >= 1 (got {value!r})")
+                raise ConfigError(f"trace option {name} must be a power of two >= 1 (got {shown(value)})")
+            if value > MAX_GPUS:
+                raise ConfigError(f"trace option {name} must be at most {MAX_GPUS:,} (got {shown(value)})")
         if self.max_gpus < self.min_gpus:
             raise ConfigError(f"trace option max_gpus must be >= min_gpus={self.min_gpus} "
                               f"(got {self.max_gpus})")
         for name in ("keep_small", "keep_unfinished"):
             if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"trace option {name} must be true or false (got {getattr(self, name)!r})")
+                raise ConfigError(f"trace option {name} must be true or false (got {shown(getattr(self, name))})")
         t = self.iteration_time_s
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
-                              or not math.isfinite(t) or t <= 0):
-            raise ConfigError(f"trace option iteration_time_s must be a number > 0 (got {t!r})")
-        for name in ("global_batch", "seq_len"):
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t <= 0):
+            raise ConfigError(f"trace option iteration_time_s must be a number > 0 (got {shown(t)})")
+        if t is not None and not (finite(t) and MIN_ITERATION_TIME_S <= t <= MAX_DURATION_S):
+            raise ConfigError(f"trace option iteration_time_s must be from {MIN_ITERATION_TIME_S:g} to "
+                              f"{MAX_DURATION_S:g} s (got {shown(t)})")
+        for name, limit in (("global_batch", MAX_BATCH), ("seq_len", MAX_SEQ_LEN)):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"trace option {name} must be a positive integer (got {value!r})")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 1 <= value <= limit):
+                raise ConfigError(f"trace option {name} must be a positive integer up to {limit:,} "
+                                  f"(got {shown(value)})")
 
     @classmethod
     def from_options(cls, options: dict[str, object], *, fmt: str) -> MappingOptions:

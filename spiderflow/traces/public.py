@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from spiderflow.errors import ConfigError
-from spiderflow.traces.common import (RowError, RowSink, TraceLoad, float_field, header_rows,
-                                      read_text, time_field)
+from spiderflow.traces.common import (MAX_DURATION_S, MAX_GPUS, RowError, RowSink, TraceLoad, check_duration,
+                                      float_field, header_rows, read_text, shown, time_field)
 from spiderflow.traces.mapping import MappingOptions, PublicJob, map_jobs
 
 SLURM_FINISHED = "COMPLETED"  # Slurm job states in Acme and Helios (Hu et al., SC'21 / NSDI'24)
@@ -31,7 +31,7 @@ def load_public_csv(path: str | Path, *, source: str, fmt: str, required: tuple[
                     parse_row: Callable[[Mapping[str, str]], PublicJob], skip_bad_rows: bool,
                     options: dict[str, object]) -> TraceLoad:
     opts = MappingOptions.from_options(options, fmt=fmt)
-    text = read_text(path, source)
+    text = read_text(path)
     _, _, records = header_rows(text, source, required=required, fmt=fmt)
     sink = RowSink(source, skip_bad_rows=skip_bad_rows)
     public: list[PublicJob] = []
@@ -42,7 +42,7 @@ def load_public_csv(path: str | Path, *, source: str, fmt: str, required: tuple[
                 raise row
             pj = parse_row(row)
             if pj.job_id in seen:
-                raise RowError("job_id", f"repeats line {seen[pj.job_id]} (got {pj.job_id!r}); "
+                raise RowError("job_id", f"repeats line {seen[pj.job_id]} (got {shown(pj.job_id)}); "
                                "each job must appear once")
         except RowError as err:
             sink.bad(line, err)
@@ -54,7 +54,7 @@ def load_public_csv(path: str | Path, *, source: str, fmt: str, required: tuple[
 
 def run_time_s(row: Mapping[str, str]) -> float | None:
     """The ``duration`` column in seconds, else end_time - start_time, else None (never ran)."""
-    duration = float_field(row, "duration", optional=True)
+    duration = float_field(row, "duration", optional=True, maximum=MAX_DURATION_S)
     if duration is not None:
         return duration
     start = time_field(row, "start_time", optional=True)
@@ -64,7 +64,12 @@ def run_time_s(row: Mapping[str, str]) -> float | None:
     if end < start:
         raise RowError("end_time", f"must not precede start_time={row['start_time']!r} "
                        f"(got {row['end_time']!r})")
-    return end - start
+    return check_duration(end - start, "end_time", row["end_time"])
+
+
+def gpu_field(row: Mapping[str, str], name: str = "gpu_num") -> float:
+    """A job's GPU count: a number from 0 (CPU-only) to MAX_GPUS."""
+    return float_field(row, name, maximum=MAX_GPUS)  # type: ignore[return-value]
 
 
 def slurm_state(row: Mapping[str, str], name: str = "state") -> bool:
@@ -72,5 +77,5 @@ def slurm_state(row: Mapping[str, str], name: str = "state") -> bool:
     words = row[name].split()  # sacct writes e.g. "CANCELLED by 1234"
     state = words[0].upper() if words else ""
     if state not in SLURM_STATES:
-        raise RowError(name, f"must be one of {', '.join(SLURM_STATES)} (got {row[name]!r})")
+        raise RowError(name, f"must be one of {', '.join(SLURM_STATES)} (got {shown(row[name])})")
     return state == SLURM_FINISHED

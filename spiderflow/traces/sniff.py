@@ -7,6 +7,7 @@ import csv
 from pathlib import Path
 
 from spiderflow.errors import ConfigError
+from spiderflow.inputs import decode
 from spiderflow.traces import alibaba2020
 
 FORMATS = ("ours", "acme", "helios", "philly", "alibaba-v2020", "alibaba-v2023")
@@ -35,12 +36,16 @@ def sniff_format(path: str | Path, *, source: str | None = None) -> str:
             return "alibaba-v2020"
         raise _unknown(source, f"a directory without {alibaba2020.TASK_FILE}")
     try:
-        with open(path, encoding="utf-8-sig") as fh:
-            head = fh.read(HEAD_BYTES)
-    except UnicodeDecodeError:
-        raise _unknown(source, "not UTF-8 text") from None
+        with open(path, "rb") as fh:
+            data = fh.read(HEAD_BYTES)
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read trace file ({exc.strerror})") from None
+    try:
+        head = data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        if exc.end < len(data) or len(data) < HEAD_BYTES:  # a bad byte, not a character the head cut
+            decode(data, source)  # raises: names the line and offset
+        head = data[:exc.start].decode("utf-8").removeprefix("\ufeff")
     body = head.lstrip()
     if body.startswith(("[", "{")):
         if '"jobid"' in head and ('"attempts"' in head or '"submitted_time"' in head):

@@ -10,6 +10,8 @@ from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, calibrat
 from emulator.errors import EmulatorError
 from spiderflow.costmodel import GBPS, load_calibration
 
+from .conftest import REPO
+
 SIZES = [4096 * 4 ** k for k in range(10)]  # 4 KB .. 1 GB
 
 
@@ -171,6 +173,37 @@ def test_calibration_json_loads_and_a_wan_fit_becomes_a_path(tmp_path):
     assert cal.per_message_overhead_s == 0.0
     assert data["scale"] == 10.0 and data["fitted_from"] == "runs/x" and "Gbit/s" in data["notes"]
     assert data["paths"]["oregon->virginia"]["r2"] == pytest.approx(1.0)
+
+
+def test_calibration_json_records_its_topology_and_applies_only_there(tmp_path):
+    from spiderflow.costmodel.calibration import check_calibration_applies
+    from spiderflow.errors import ConfigError
+    from spiderflow.topology import load_topology
+
+    topo = load_topology(REPO / "topologies/paper8.yaml")
+    fits = fit_records(p2p_records("oregon->virginia", 0.035, 0.77))
+    data = calibration_json(fits, scale=10.0, fitted_from="runs/x", dilation=2.0, topology=topo,
+                            compute={"a100-80gb": 1e-6})
+    assert data["topology"] == {"name": "paper8", "sha256": topo.sha256}
+    path = tmp_path / "calibration-paper8.json"
+    path.write_text(json.dumps(data))
+    cal = load_calibration(path)
+    assert (cal.topology_name, cal.topology_sha256, cal.dilation) == ("paper8", topo.sha256, 2.0)
+    assert cal.gpu_efficiency == {"a100-80gb": 1e-3}  # clamped up to what the loader accepts
+    check_calibration_applies(cal, topo)
+    default = load_topology(REPO / "topologies/default.yaml")  # has oregon and virginia too, but is another network
+    with pytest.raises(ConfigError, match="fitted on topology 'paper8'"):
+        check_calibration_applies(cal, default)
+    check_calibration_applies(cal, default, allow_other_topology=True)
+
+
+@pytest.mark.parametrize("name", ["../../x", "/etc/x", ".hidden", "a/b", ""])
+def test_calibrate_refuses_a_topology_name_that_is_not_a_file_name(name):
+    from emulator.calibrate.command import file_stem
+
+    with pytest.raises(EmulatorError, match="cannot be part of a file name"):
+        file_stem(name)
+    assert file_stem("geo64-s0.v2") == "geo64-s0.v2"
 
 
 def test_one_path_fitted_in_two_topologies_is_refused():

@@ -38,7 +38,8 @@ def test_missing_topology_file(tmp_path):
 def test_bad_option_value_is_one_line():
     done = run("check", "--hosts-per-cluster", "0")
     assert done.returncode == 2
-    assert done.stderr.strip() == "error: hosts_per_cluster must be an integer in 1..240 (got 0)"
+    assert done.stderr.strip() == ("error: argument --hosts-per-cluster: must be an integer in 1..240 (got '0') "
+                                   "(see `python -m emulator check --help`)")
 
 
 def test_not_root_says_run_with_sudo():
@@ -60,3 +61,86 @@ def test_subcommands_are_a_registry_of_modules():
         assert callable(module.add_arguments) and callable(module.main) and module.HELP
     args = parser.parse_args(["check", "--topology", "x.yaml", "--json", "--scale", "20"])
     assert (args.command, args.topology, args.json, args.scale) == ("check", "x.yaml", True, 20.0)
+
+
+# Every numeric and path option is checked by argparse before any work (and before root): one line
+# naming the option and the value, exit 2. Only the parser runs (never a subcommand's main), so a
+# check that let a value through fails the test instead of building a network.
+BAD_ARGS = [
+    (["check", "--hosts-per-cluster", "241"], "--hosts-per-cluster", "'241'"),
+    (["check", "--scale", "nan"], "--scale", "'nan'"),
+    (["check", "--scale", "0"], "--scale", "'0'"),
+    (["check", "--scale", "1e300"], "--scale", "'1e300'"),
+    (["check", "--intra-cap-mbps", "inf"], "--intra-cap-mbps", "'inf'"),
+    (["check", "--seconds", "-1"], "--seconds", "'-1'"),
+    (["check", "--dilation", "nan"], "--dilation", "'nan'"),
+    (["run", "--iterations", "0"], "--iterations", "'0'"),
+    (["run", "--iterations", "1"], "--iterations", "'1'"),
+    (["run", "--warmup", "-1"], "--warmup", "'-1'"),
+    (["run", "--time-scale", "nan"], "--time-scale", "'nan'"),
+    (["run", "--time-scale=-inf"], "--time-scale", "'-inf'"),  # (a bare -inf reads as an option)
+    (["run", "--job-timeout", "0"], "--job-timeout", "'0'"),
+    (["run", "--hosts-per-cluster", "0"], "--hosts-per-cluster", "'0'"),
+    (["calibrate", "--samples", "0"], "--samples", "'0'"),
+    (["calibrate", "--iterations", "1e9"], "--iterations", "'1e9'"),
+    (["calibrate", "--warmup", "x"], "--warmup", "'x'"),
+]
+
+
+@pytest.mark.parametrize("argv, option, value", BAD_ARGS, ids=[" ".join(b[0]) for b in BAD_ARGS])
+def test_bad_numeric_option_is_one_line_exit_2(argv, option, value, capsys):
+    parser, _ = cli.build_parser()
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(argv)
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: argument {option}:") and value in lines[0], lines
+
+
+@pytest.mark.parametrize("command", ["run", "calibrate"])
+def test_out_that_is_a_file_fails_before_any_work(tmp_path, command, capsys):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    parser, _ = cli.build_parser()
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args([command, "--out", str(f)])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "argument --out:" in lines[0] and "is a file, not a directory" in lines[0]
+
+
+@pytest.mark.parametrize("command", ["run", "calibrate"])
+def test_warmup_must_leave_two_measured_iterations(command):
+    from emulator.errors import EmulatorError
+    from emulator.run import check_warmup
+
+    parser, _ = cli.build_parser()
+    args = parser.parse_args([command, "--iterations", "4", "--warmup", "3"])  # each in its own range
+    with pytest.raises(EmulatorError, match=r"--warmup must be in 0\.\.iterations-2 = 0\.\.2 \(got 3\)"):
+        check_warmup(args)
+    check_warmup(parser.parse_args([command, "--iterations", "4", "--warmup", "2"]))
+
+
+def test_closed_stdout_ends_quietly():
+    """`python -m emulator ... | head -1`: the top-level handler ends quietly with exit 1. The
+    subcommand is replaced by one printing 1 MB (none of the real ones prints without root)."""
+    code = ("import sys, emulator.cli, emulator.report as r\n"
+            "def big(args):\n"
+            "    for i in range(16000):\n"
+            "        print(f'line {i} ' + 'x' * 60)\n"
+            "    return 0\n"
+            "r.main = big\n"
+            "sys.exit(emulator.cli.main(['report', 'unused']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        rc = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert first == b"line 0 " + b"x" * 60 + b"\n"
+    assert (rc, err) == (1, "")

@@ -1,0 +1,225 @@
+"""What both command lines (``python -m spiderflow``, ``python -m emulator``) share at their boundary.
+
+- :class:`OneLineParser`: a bad command line is one line on stderr (the
+  option, the value, the fix) and exit 2, like every other known error.
+- argparse ``type=`` factories (:func:`int_in`, :func:`float_in`,
+  :func:`name_list`, ...) that refuse non-finite and out-of-range numbers,
+  empty or repeated list items, and output paths that cannot be written,
+  *before* any work starts. The ranges are documented where each option is
+  defined; they are sanity bounds (a value past them is a typo, and values
+  like 1e300 overflow as soon as they are multiplied), not limits of the model.
+- :func:`dumps`: JSON without NaN/Infinity (a non-finite number becomes null).
+- :func:`closed_stdout_exit`: ``... --json | head -1`` ends quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import select
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse reporting a bad command line as one line (no usage block) and exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters (a 5,000-digit value stays one short line)."""
+    return repr(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
+def int_in(lo: int, hi: int, what: str = "an integer") -> Callable[[str], int]:
+    """argparse type: an integer in lo..hi."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # also an integer of more digits than Python converts
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be {what} in {lo:,}..{hi:,} (got {_shown(text)})")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in some messages
+    return parse
+
+
+def power_of_two_in(lo: int, hi: int) -> Callable[[str], int]:
+    """argparse type: a power of two in lo..hi."""
+    inner = int_in(lo, hi, "a power of two")
+
+    def parse(text: str) -> int:
+        value = inner(text)
+        if value & (value - 1):
+            raise argparse.ArgumentTypeError(f"must be a power of two in {lo:,}..{hi:,} (got {_shown(text)})")
+        return value
+    return parse
+
+
+def float_in(lo: float, hi: float, unit: str = "", *, lo_open: bool = True) -> Callable[[str], float]:
+    """argparse type: a finite number in (lo, hi] (``lo_open=False``: [lo, hi]); ``unit`` for the message."""
+    span = f"{'(' if lo_open else '['}{lo:,.10g}, {hi:,.10g}]" + (f" {unit}" if unit else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value > hi or value < lo or (lo_open and value == lo):
+            raise argparse.ArgumentTypeError(f"must be a finite number in {span} (got {_shown(text)})")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def name_list(known: Iterable[str] | None = None, what: str = "name") -> Callable[[str], list[str]]:
+    """argparse type: comma-separated names, none empty or repeated (and each in ``known`` if given)."""
+    known = list(known) if known is not None else None
+
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",")]
+        if not text.strip() or any(not n for n in names):
+            raise argparse.ArgumentTypeError(f"must be comma-separated {what}s with no empty item (got {_shown(text)})")
+        seen = set()
+        for n in names:
+            if known is not None and n not in known:
+                raise argparse.ArgumentTypeError(f"unknown {what} {n!r} in {_shown(text)}; known: {', '.join(known)}")
+            if n in seen:
+                raise argparse.ArgumentTypeError(f"{what} {n!r} appears twice in {_shown(text)}; give each once")
+            seen.add(n)
+        return names
+    return parse
+
+
+def int_list(lo: int, hi: int) -> Callable[[str], list[int]]:
+    """argparse type: comma-separated distinct integers, each in lo..hi."""
+    one = int_in(lo, hi)
+
+    def parse(text: str) -> list[int]:
+        items = [x.strip() for x in text.split(",")]
+        if not text.strip() or any(not x for x in items):
+            raise argparse.ArgumentTypeError(f"must be comma-separated integers in {lo:,}..{hi:,} "
+                                             f"with no empty item (got {_shown(text)})")
+        values = []
+        for x in items:
+            try:
+                values.append(one(x))
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(f"must be comma-separated integers in {lo:,}..{hi:,} "
+                                                 f"(got {_shown(x)} in {_shown(text)})") from None
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"has a value twice (got {_shown(text)}); give each once")
+        return values
+    return parse
+
+
+# Shared sanity bounds: a value past them is a typo, not a bigger experiment.
+MAX_SEED = 2**32 - 1
+MAX_TIME_LIMIT_S = 86_400.0  # one solver decision: a day
+MAX_SEARCH_BUDGET = 1_000_000  # genetic trials per decision (the paper's default is 4,900)
+seed_arg = int_in(0, MAX_SEED)
+time_limit_arg = float_in(0.0, MAX_TIME_LIMIT_S, "seconds")
+
+
+def _nearest_existing(path: Path) -> Path:
+    for p in (path, *path.parents):
+        if p.exists():
+            return p
+    return Path(".")
+
+
+def _path_checked(check: Callable[[str], None], text: str) -> str:
+    try:
+        if "\0" in text:
+            raise ValueError("a NUL byte")
+        check(text)
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte, an unreadable ancestor
+        raise argparse.ArgumentTypeError(f"cannot use path {_shown(text)} "
+                                         f"({getattr(exc, 'strerror', None) or exc}); give another path") from None
+    return text
+
+
+def _check_dir(text: str) -> None:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a directory path (got '')")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a directory; give a directory (it is made if missing)")
+    base = _nearest_existing(path)
+    if not base.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot make directory {text}: {base} is a file")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {base} (permission denied); give another directory")
+
+
+def _check_file(text: str) -> None:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a file path (got '')")
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file path")
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is a file" if parent.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{parent} {what}; make the directory first or give another path")
+    writable = os.access(path, os.W_OK) if path.exists() else os.access(parent, os.W_OK | os.X_OK)
+    if not writable:
+        raise argparse.ArgumentTypeError(f"cannot write {text} (permission denied); give another path")
+
+
+def output_dir(text: str) -> str:
+    """argparse type: a directory that exists or can be made (its nearest existing ancestor is a
+    writable directory)."""
+    return _path_checked(_check_dir, text)
+
+
+def output_file(text: str) -> str:
+    """argparse type: a file that can be written: not a directory, in an existing writable directory."""
+    return _path_checked(_check_file, text)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None: JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def dumps(value: Any, *, indent: int | None = 2) -> str:
+    """Valid JSON of ``value`` (non-finite numbers as null, see :func:`json_safe`)."""
+    return json.dumps(json_safe(value), indent=indent, allow_nan=False)
+
+
+def _stdout_closed() -> bool:
+    """True when stdout is a pipe (or socket) whose reader has gone (poll reports an error)."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def closed_stdout_exit(exc: BrokenPipeError) -> int:
+    """Exit code 1 after a ``BrokenPipeError`` from a closed stdout (``| head -1``), quietly: stdout
+    is pointed at /dev/null so the interpreter's last flush cannot fail again (the recipe of the
+    Python docs' "Note on SIGPIPE"). A broken pipe elsewhere (a child's stdin) is a real error and is
+    raised again."""
+    if not _stdout_closed():
+        raise exc
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 1
