@@ -214,11 +214,13 @@ class Emulation:
     def _build(self) -> None:
         t0 = time.monotonic()
         self.mechanism = choose_mechanism(self.config.delay, kernel_has_netem(self.executor))
-        self._run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{self.run_id}-"))
         self._state = {"run_id": self.run_id, "owner_pid": os.getpid(), "topology": self.plan.topology,
                        "source": self.plan.source, "started": dt.datetime.now().isoformat(timespec="seconds"),
-                       "scale": self.scale, "dilation": self.config.dilation, "mechanism": self.mechanism, "files": [str(self._run_dir)],
+                       "scale": self.scale, "dilation": self.config.dilation, "mechanism": self.mechanism, "files": [],
                        "processes": [], "made": self._inventory()}
+        self._store.write(self._state)  # first: a kill from here on leaves a state file that clean reads
+        self._run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{self.run_id}-"))
+        self._state["files"] = [str(self._run_dir)]
         self._store.write(self._state)
         for warning in self._rate_warnings():
             self.log(warning)

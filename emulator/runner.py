@@ -21,7 +21,12 @@ the iterations after ``warmup``, of the interval between consecutive
 iteration ends (the last rank's end of each iteration). A rank that exits
 non-zero (a crash, a kill, a collective timeout) fails its job only: the
 job's other ranks are ended, its hosts and GPUs return to the pool, and
-what it measured so far stays on disk.
+what it measured so far stays on disk. So does a rank whose log (its stdout
+and stderr, ``ranks/JOB-rN.log``) grows past :data:`RANK_LOG_CAP_BYTES`: the
+size is checked at every poll, and the log is cut back to the cap once the
+job's ranks are ended. When a job times out, or its ranks give up at their
+rendezvous, while a rank never reached its process group (it has no JSON
+lines file, see :mod:`emulator.worker`), that rank is the one named.
 """
 
 from __future__ import annotations
@@ -58,6 +63,11 @@ BASE_PORT = 29500
 # Ranks start niced (torch import, joining) and return to 0 once their job's ranks have all
 # joined, so a burst of starting ranks does not slow the schedules of running jobs.
 STARTUP_NICE = 10
+# A rank's log holds tracebacks and library warnings (kilobytes); one that floods it must not fill
+# the disk. Checked every poll (POLL_S), so a rank may write what it manages between two checks
+# more; the log is then cut back to this size. Not RLIMIT_FSIZE in the rank: that caps every file
+# it writes, its JSON lines too, which a long run grows past any small cap.
+RANK_LOG_CAP_BYTES = 8 * 2**20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +120,14 @@ class Rank:
     spec: RankSpec
     host: HostPlan
     proc: subprocess.Popen  # or an emulator.pool.PooledProcess (same interface)
+    log: Path | None = None  # the rank's stdout and stderr
     exit: int | None = None
+
+    def log_bytes(self) -> int:
+        try:
+            return os.stat(self.log).st_size if self.log else 0
+        except FileNotFoundError:  # a pooled rank opens its log itself
+            return 0
 
 
 @dataclass(kw_only=True)
@@ -322,7 +339,7 @@ class Runner:
                     argv = ["nice", "-n", str(STARTUP_NICE), sys.executable, "-m", "emulator.worker", str(path)]
                     proc = self.emu.popen(host.name, argv, env=env, role=role, stdout=logfile,
                                           stderr=subprocess.STDOUT, cwd=str(REPO))
-            j.ranks.append(Rank(spec=spec, host=host, proc=proc))
+            j.ranks.append(Rank(spec=spec, host=host, proc=proc, log=log_path))
             self._launched.write(json.dumps({"job_id": job.job_id, "rank": spec.rank, "pid": proc.pid,
                                              "host": host.name, "ip": host.ip, "t": j.start_s}) + "\n")
         where = ", ".join(f"{c}:{g}" for c, g in segments)
@@ -337,16 +354,29 @@ class Runner:
                 r.exit = r.proc.poll()
         bad = [r for r in j.ranks if r.exit not in (None, 0)]
         timed_out = self.now() - j.start_s > self.cfg.job_timeout_s  # both real-equivalent
-        if not bad and not timed_out and any(r.exit is None for r in j.ranks):
+        flooded = next((r for r in j.ranks if r.log_bytes() > RANK_LOG_CAP_BYTES), None)
+        if not bad and not timed_out and not flooded and any(r.exit is None for r in j.ranks):
             return False
-        if bad:
+        if bad and not flooded:
             bad = self._settle(j)
-        if bad or timed_out:
+        absent = self._not_joined(j, timed_out) if bad or timed_out else []
+        if bad or timed_out or flooded:
             self._end_ranks(j)
         self._measure(j)
         self._predict_shared(j)
         self._release(j)
-        if bad:
+        if flooded:
+            self._cut_log(flooded)
+            self._fail(j, f"rank {flooded.spec.rank} on {flooded.host.name} wrote over "
+                          f"{RANK_LOG_CAP_BYTES / 2**20:g} MiB to its log {flooded.log.name} (the cap per rank "
+                          "log, RANK_LOG_CAP_BYTES); its job was ended and the log cut to the cap")
+        elif absent:
+            who = ", ".join(f"rank {r.spec.rank} on {r.host.name}" for r in absent)
+            why = (f"the job hit --job-timeout ({self.cfg.job_timeout_s:g} s)" if timed_out else
+                   "its other ranks gave up at their process-group timeout")
+            self._fail(j, f"{who} never joined the job's process group (did not reach the rendezvous "
+                          f"in {self._wall_since_launch(j):.0f} s wall; {why})")
+        elif bad:
             self._fail(j, self._reason(j, self._cause(bad)))
         elif timed_out:
             self._fail(j, f"still running after {self.cfg.job_timeout_s:g} s (--job-timeout)")
@@ -373,6 +403,27 @@ class Runner:
             if all(r.exit is not None for r in j.ranks) or time.monotonic() >= deadline:
                 return [r for r in j.ranks if r.exit not in (None, 0)]
             time.sleep(0.05)
+
+    def _wall_since_launch(self, j: JobRun) -> float:
+        return time.monotonic() - (self.t0 + j.start_s * self.k)
+
+    def _not_joined(self, j: JobRun, timed_out: bool) -> list[Rank]:
+        """Live ranks that never reached their rendezvous (no JSON lines file yet, see
+        :mod:`emulator.worker`), if that is what failed the job: it timed out, or the ranks that
+        did reach it have waited out their process-group timeout (``spec.timeout_s``, wall)."""
+        absent = [r for r in j.ranks if r.exit is None and not Path(r.spec.out).exists()]
+        if absent and (timed_out or self._wall_since_launch(j) >= min(r.spec.timeout_s for r in j.ranks)):
+            return absent
+        return []
+
+    @staticmethod
+    def _cut_log(r: Rank) -> None:
+        """Cut a flooded rank log back to the cap (its writer is ended), with a note at the end."""
+        with open(r.log, "r+b") as fh:
+            fh.truncate(RANK_LOG_CAP_BYTES)
+            fh.seek(RANK_LOG_CAP_BYTES)
+            fh.write(f"\n[emulator: log cut at {RANK_LOG_CAP_BYTES / 2**20:g} MiB; the rank wrote more "
+                     "and its job was ended]\n".encode())
 
     @staticmethod
     def _cause(bad: list[Rank]) -> Rank:

@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,6 +113,15 @@ class StateStore:
         return (f"another emulation is running ({who}); wait for it to finish or stop it "
                 "(Ctrl-C or kill PID), then retry")
 
+    def refuse_if_busy(self) -> None:
+        """Raise :meth:`acquire`'s error now if an emulation holds the lock, else leave it free.
+
+        For a command that writes output and prints progress before it builds its
+        network (``emulator run``): a refused second run says one line and
+        touches nothing. The lock itself is still taken by the Emulation."""
+        self.acquire()
+        self.release()
+
     def release(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -169,6 +179,15 @@ def end_processes(pids: dict[int, int], *, grace_s: float = 2.0,
     return _wait_gone(left, 3.0)
 
 
+def run_dirs(state: dict) -> list[Path]:
+    """The run's scratch directories: those the state file lists, and any named after its run id
+    (made in the moment before the state file could list it)."""
+    dirs = {Path(p) for p in state.get("files", []) if Path(p).name.startswith(RUN_DIR_PREFIX)}
+    if state.get("run_id"):
+        dirs.update(Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}{state['run_id']}-*"))
+    return sorted(dirs)
+
+
 def remove_leftovers(state: dict, *, log: Callable[[str], None] = lambda _m: None,
                      grace_s: float = 2.0) -> int:
     """End every process the state file names or that carries its marker; remove its files.
@@ -189,9 +208,8 @@ def remove_leftovers(state: dict, *, log: Callable[[str], None] = lambda _m: Non
     left = end_processes(workers, grace_s=grace_s)
     left.update(end_processes({p: s for p, s in targets.items() if p in shells},
                               grace_s=grace_s, kill_now=shells))
-    for path in state.get("files", []):
-        if Path(path).name.startswith(RUN_DIR_PREFIX):
-            shutil.rmtree(path, ignore_errors=True)
+    for path in run_dirs(state):
+        shutil.rmtree(path, ignore_errors=True)
     if left:
         raise EmulatorError(f"could not end processes {sorted(left)}; they hold the emulated "
                             "network's namespaces: kill them by pid, then run python -m emulator clean")

@@ -33,7 +33,12 @@ times can be put on one clock.
 Runs alone (``python -m emulator.worker SPEC.json``) or under the torchrun
 contract (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` override
 the spec). A collective that hangs hits the process-group timeout; the rank
-then exits with status 3 and the reason on its last JSON line.
+then exits with status 3 and the reason on its last JSON line. The JSON lines
+file is created (empty) just before the rank goes to its rendezvous: the
+runner reads a missing file as "never reached its process group".
+
+Tests only: ``SPIDERFLOW_TEST_FAULT=KIND:JOB:RANK`` makes that one rank
+misbehave before its rendezvous (:func:`inject_test_fault`); nothing else sets it.
 """
 
 from __future__ import annotations
@@ -214,6 +219,33 @@ def _compute(seconds: float) -> None:
 
 
 STARTUP_NICE_ENV = "SPIDERFLOW_STARTUP_NICE"
+FAULT_ENV = "SPIDERFLOW_TEST_FAULT"
+FAULTS = ("hang", "flood")
+
+
+def inject_test_fault(spec: RankSpec) -> None:
+    """Fault injection for the emulator's own tests (tests/emulator/test_run_root.py); a no-op unless
+    ``SPIDERFLOW_TEST_FAULT=KIND:JOB:RANK`` names this rank.
+
+    ``hang``: sleep for ever before the rendezvous (a rank that never joins its process group);
+    ``flood``: write to stdout (the rank's log) without end. Runs once torch is imported, before the
+    rank's JSON lines file and its rendezvous.
+    """
+    fault = os.environ.get(FAULT_ENV)
+    if not fault:
+        return
+    kind, _, where = fault.partition(":")
+    job_id, _, rank = where.rpartition(":")
+    if kind not in FAULTS or not job_id or not rank.isdigit():
+        raise SystemExit(f"{FAULT_ENV} must be KIND:JOB:RANK with KIND one of {', '.join(FAULTS)} (got {fault!r})")
+    if (job_id, int(rank)) != (spec.job_id, spec.rank):
+        return
+    line = f"{spec.job_id} rank {spec.rank}: {FAULT_ENV}={fault}\n" * 64
+    while True:
+        if kind == "hang":
+            time.sleep(3600)
+        else:
+            sys.stdout.write(line)
 
 
 def _leave_startup_nice() -> None:
@@ -250,7 +282,7 @@ def run(spec: RankSpec) -> int:
                          f"(got {spec.compute!r})")
     if spec.compute == "real" and not spec.proxy:
         raise SystemExit(f"{spec.job_id} rank {spec.rank}: compute 'real' needs the spec's proxy shape")
-    log = Log(spec)
+    inject_test_fault(spec)
     torch.set_num_threads(1)
     tight_timers()
     proxy = None
@@ -260,6 +292,7 @@ def run(spec: RankSpec) -> int:
         torch.set_flush_denormal(True)
         proxy = StageProxy(ProxyShape(**spec.proxy), recompute=spec.recompute, seed=spec.rank)
         proxy.warm_up()
+    log = Log(spec)  # creates the JSON lines file: this rank goes to its rendezvous now
     with process_group(dist, spec.backend, master=f"{spec.master_addr}:{spec.master_port}", rank=spec.rank,
                        world_size=spec.world_size, timeout_s=spec.timeout_s):
         return _run_schedule(spec, log, proxy, torch, dist)

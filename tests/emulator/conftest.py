@@ -7,10 +7,12 @@ reason) when not running as root. CI runs as root, so they run there.
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from emulator.state import RUN_DIR_PREFIX
 from spiderflow.topology import parse_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +70,8 @@ def snapshot(tag: str) -> dict:
     processes and namespaces count as ours only if they carry this test's tag
     in their environment: every process an emulation starts inherits it (the
     test sets it before building), including the shells that hold the
-    namespaces. Root-namespace objects are compared whole.
+    namespaces. Root-namespace objects, and the emulations' scratch
+    directories (emulator.state.RUN_DIR_PREFIX), are compared whole.
     """
     ours, netns = set(), set()
     needle = f"{TAG_ENV}={tag}".encode()
@@ -92,6 +95,7 @@ def snapshot(tag: str) -> dict:
         "veths": _root_lines(["ip", "-o", "link", "show", "type", "veth"]),
         "bridges": _root_lines(["ip", "-o", "link", "show", "type", "bridge"]),
         "iptables rules": _root_lines(["iptables", "-S"]),
+        "scratch directories": frozenset(str(p) for p in Path(tempfile.gettempdir()).glob(f"{RUN_DIR_PREFIX}*")),
     }
 
 

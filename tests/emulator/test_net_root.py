@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from emulator.errors import EmulatorError
 from emulator.measure import measure_all
 from emulator.network import Emulation
 from emulator.plan import NetConfig
+from emulator.state import RUN_DIR_PREFIX
 from emulator.tolerance import DELAY_ABS_MS, bandwidth_ok, delay_ok
 
 pytestmark = pytest.mark.root
@@ -111,11 +113,16 @@ def test_sigkill_leaves_a_state_file_that_clean_finishes(state_dir, assert_no_le
     child.wait(timeout=10)
     state = json.loads((state_dir / "emulation.json").read_text())
     assert state["owner_pid"] == child.pid and len(state["processes"]) >= 6
+    # the scratch dir it lists, and one named after its run id that a kill could leave unlisted
+    unlisted = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{state['run_id']}-"))
+    scratch = [Path(f) for f in state["files"]] + [unlisted]
+    assert all(d.is_dir() for d in scratch), scratch
     done = subprocess.run([sys.executable, "-m", "emulator", "clean", "--state-dir", str(state_dir)],
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "cleaned emulation" in done.stdout
     assert not (state_dir / "emulation.json").exists()
+    assert not any(d.exists() for d in scratch), scratch
     assert_no_leak()
     again = subprocess.run([sys.executable, "-m", "emulator", "clean", "--state-dir", str(state_dir)],
                            capture_output=True, text=True, cwd=REPO, timeout=60)

@@ -126,3 +126,131 @@ def test_ctrl_c_tears_down_and_keeps_partial_results(inputs, state_dir, assert_n
     assert wan["measured_iteration_s"] is not None  # measured before the interrupt, kept
     assert (out / "summary.md").exists() and (out / "ranks.jsonl").stat().st_size > 0
     assert_no_leak()
+
+
+def wait_for_iterations(proc, out, job_id, rank, n, timeout_s=120):
+    """Wait until rank ``rank`` of ``job_id`` logged ``n`` iteration ends (its job is running)."""
+    rank_log = out / "ranks" / f"{job_id}-r{rank}.jsonl"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if rank_log.exists() and sum('"iteration"' in l for l in rank_log.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{job_id} rank {rank} never logged {n} iterations (run exit {proc.poll()})")
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("start", ["pool", "cold"])
+def test_sigkill_mid_run_leaves_only_what_clean_removes(inputs, state_dir, assert_no_leak, start):
+    out = inputs / "out"
+    extra = ["--cold-start"] if start == "cold" else []
+    proc = subprocess.Popen(run_argv(inputs, "--iterations", "200", *extra), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_iterations(proc, out, "wan", 1, 2)
+        state = json.loads((state_dir / "emulation.json").read_text())
+        assert state["files"] and all(Path(f).is_dir() for f in state["files"]), state["files"]
+        proc.kill()  # no teardown at all: ranks were running
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert (state_dir / "emulation.json").exists()
+    done = subprocess.run([sys.executable, "-m", "emulator", "clean", "--state-dir", str(state_dir)],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0 and "cleaned emulation" in done.stdout, done.stdout + done.stderr
+    assert not (state_dir / "emulation.json").exists()
+    assert not any(Path(f).exists() for f in state["files"]), state["files"]  # the run's scratch dir
+    assert_no_leak()
+
+
+@pytest.mark.root
+def test_a_second_run_is_refused_and_the_first_carries_on(inputs, state_dir, assert_no_leak):
+    out, out2 = inputs / "out", inputs / "out2"
+    first = subprocess.Popen(run_argv(inputs, "--iterations", "20", "--dilation", "1"), cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_iterations(first, out, "wan", 0, 2)
+        second = subprocess.run(run_argv(inputs, "--iterations", "20", "--dilation", "1", "--out", str(out2)),
+                                cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert first.poll() is None, "the first run ended before the second tried"
+        stdout, stderr = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGINT)
+            first.communicate(timeout=60)
+    lines = second.stderr.strip().splitlines()
+    assert second.returncode != 0 and len(lines) == 1, second.stderr
+    assert lines[0].startswith("error: another emulation is running") and f"pid {first.pid}" in lines[0], lines
+    assert second.stdout == "" and not out2.exists()  # refused before writing anything
+    assert first.returncode == 0, stderr[-3000:]
+    assert all(j["status"] == "ok" for j in json.loads(stdout)["jobs"])
+    assert_no_leak()
+
+
+def jobs_of(stdout):
+    return {j["job_id"]: j for j in json.loads(stdout)["jobs"]}
+
+
+@pytest.mark.root
+def test_a_rank_flooding_its_log_fails_only_its_job(inputs, state_dir, assert_no_leak):
+    from emulator.runner import RANK_LOG_CAP_BYTES
+    from emulator.worker import FAULT_ENV
+
+    done = subprocess.run(run_argv(inputs, "--iterations", "10", "--dilation", "1"), cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, FAULT_ENV: "flood:wan:1"})
+    assert done.returncode == 1, done.stderr[-3000:]
+    jobs = jobs_of(done.stdout)
+    assert jobs["local"]["status"] == "ok", jobs["local"]
+    wan = jobs["wan"]
+    assert wan["status"] == "failed" and wan["reason"].startswith("rank 1 on ") \
+        and "MiB to its log wan-r1.log" in wan["reason"], wan
+    log = inputs / "out" / "ranks" / "wan-r1.log"
+    assert RANK_LOG_CAP_BYTES < log.stat().st_size < RANK_LOG_CAP_BYTES + 200  # cut back, with a note
+    assert "log cut at" in log.read_text()[-200:]
+    assert_no_leak()
+
+
+@pytest.mark.root
+def test_a_rank_that_never_joins_fails_its_job_at_the_job_timeout(inputs, state_dir, assert_no_leak):
+    from emulator.worker import FAULT_ENV
+
+    done = subprocess.run(run_argv(inputs, "--iterations", "10", "--dilation", "1", "--job-timeout", "10"),
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, FAULT_ENV: "hang:wan:1"})
+    assert done.returncode == 1, done.stderr[-3000:]
+    jobs = jobs_of(done.stdout)
+    assert jobs["local"]["status"] == "ok", jobs["local"]
+    wan = jobs["wan"]
+    assert wan["status"] == "failed" and wan["reason"].startswith("rank 1 on ") and "never joined" in wan["reason"] \
+        and "--job-timeout" in wan["reason"], wan
+    assert_no_leak()
+
+
+@pytest.mark.root
+def test_a_rank_that_never_joins_is_named_when_its_peers_give_up(inputs, state_dir, assert_no_leak, monkeypatch):
+    """The default order of timeouts (rank_timeout_s < job_timeout_s): the ranks that joined fail at the
+    rendezvous first; the job's reason names the rank that never came, not them."""
+    from emulator.network import Emulation
+    from emulator.plan import NetConfig
+    from emulator.pool import RankPool
+    from emulator.runner import RunConfig, Runner
+    from emulator.worker import FAULT_ENV
+    from spiderflow.topology import load_topology
+    from spiderflow.traces import load_trace
+
+    monkeypatch.setenv(FAULT_ENV, "hang:wan:1")
+    topo = load_topology(str(inputs / "two.yaml"))
+    jobs = load_trace(str(inputs / "two.csv")).jobs
+    cfg = RunConfig(iterations=6, rank_timeout_s=5.0, job_timeout_s=120.0, net=NetConfig(hosts_per_cluster=3))
+    t0 = time.monotonic()
+    with Emulation(topo, cfg.net) as emu, RankPool(emu) as pool:
+        runs = {j.job.job_id: j for j in Runner(topo, jobs, cfg, emu, out_dir=inputs / "out", pool=pool).run()}
+    assert time.monotonic() - t0 < 60  # at the ranks' 5 s timeout, not the job's 120 s
+    assert runs["local"].status == "ok", runs["local"].reason
+    wan = runs["wan"]
+    assert wan.status == "failed" and wan.reason.startswith("rank 1 on ") and "never joined" in wan.reason \
+        and "process-group timeout" in wan.reason, wan.reason
+    assert_no_leak()
