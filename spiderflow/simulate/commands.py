@@ -1,4 +1,4 @@
-"""CLI commands around the simulator: ``simulate``, ``compare``, ``trace generate``."""
+"""CLI commands around the simulator: ``simulate``, ``compare``; ``trace`` is in spiderflow/traces/cli.py."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import sys
 from pathlib import Path
 
-from spiderflow.cliutil import (MAX_SEARCH_BUDGET, MAX_SEED, MAX_TIME_LIMIT_S, dumps, float_in, int_in, name_list,
-                                output_dir, output_file, power_of_two_in, seed_arg, time_limit_arg)
+from spiderflow.cliutil import (MAX_SEARCH_BUDGET, MAX_SEED, MAX_TIME_LIMIT_S, dumps, int_in, name_list, output_dir,
+                                seed_arg, time_limit_arg)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError
@@ -16,13 +16,11 @@ from spiderflow.placement import PLANNERS
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import SUMMARY_KEYS, jct_cdf_png, summarise, write_rows
 from spiderflow.topology import load_topology
-from spiderflow.traces import FORMATS, generate_trace, load_trace, write_trace
+from spiderflow.traces import FORMATS, load_trace
+from spiderflow.traces.cli import add_trace  # noqa: F401  (the `trace` subcommands live with the traces)
 
 
-MAX_TRACE_JOBS = 10_000_000  # sanity bounds (a value past them is a typo)
-MAX_GENERATED_JOBS = 1_000_000
-MAX_INTERARRIVAL_S = 1e7  # about 116 days
-MAX_TRACE_GPUS = 1 << 20
+MAX_TRACE_JOBS = 10_000_000  # sanity bound (a value past it is a typo)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -60,31 +58,6 @@ def add_compare(sub) -> None:
     p.add_argument("--planners", type=name_list(PLANNERS, "planner"), default=list(PLANNERS),
                    help=f"comma-separated, each once (default all: {','.join(PLANNERS)})")
     p.set_defaults(func=cmd_compare)
-
-
-def add_trace(sub) -> None:
-    p = sub.add_parser("trace", help="trace tools")
-    tsub = p.add_subparsers(dest="trace_cmd", required=True)
-    g = tsub.add_parser("generate", help="a reproducible synthetic LLM-training trace")
-    g.add_argument("--jobs", type=int_in(1, MAX_GENERATED_JOBS), required=True, help=f"1..{MAX_GENERATED_JOBS:,}")
-    g.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
-    g.add_argument("--arrival", choices=("poisson", "bursty"), default="poisson")
-    g.add_argument("--mean-interarrival", type=float_in(0.0, MAX_INTERARRIVAL_S, "seconds"), default=600.0,
-                   help=f"seconds, in (0, {MAX_INTERARRIVAL_S:g}] (default %(default)g)")
-    g.add_argument("--max-gpus", type=power_of_two_in(8, MAX_TRACE_GPUS), default=512,
-                   help=f"a power of two in 8..{MAX_TRACE_GPUS:,} (default %(default)s)")
-    g.add_argument("--out", type=output_file, required=True, help="CSV file to write")
-    g.set_defaults(func=cmd_trace_generate)
-
-
-def cmd_trace_generate(args) -> int:
-    jobs = generate_trace(args.jobs, args.seed, arrival=args.arrival, mean_interarrival_s=args.mean_interarrival,
-                          max_gpus=args.max_gpus)
-    write_trace(jobs, args.out, comment=f"python -m spiderflow trace generate --jobs {args.jobs} "
-                                        f"--seed {args.seed} --arrival {args.arrival} "
-                                        f"--mean-interarrival {args.mean_interarrival} --max-gpus {args.max_gpus}")
-    print(f"wrote {args.out}: {len(jobs)} jobs over {jobs[-1].arrival_s / 3600:.1f} h")
-    return 0
 
 
 def _load(args):

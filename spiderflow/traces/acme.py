@@ -26,7 +26,7 @@ from pathlib import Path
 
 from spiderflow.traces.common import RowError, TraceLoad, shown, text_field, time_field
 from spiderflow.traces.mapping import PublicJob
-from spiderflow.traces.public import gpu_field, load_public_csv, run_time_s, slurm_state
+from spiderflow.traces.public import gpu_field, load_public_csv, run_times, slurm_state
 
 REQUIRED = ("job_id", "gpu_num", "type", "state", "submit_time", "start_time", "end_time", "duration")
 TYPES = ("pretrain", "sft", "eval", "mllm", "debug", "other")
@@ -38,7 +38,7 @@ def parse_row(row: Mapping[str, str]) -> PublicJob:
         raise RowError("type", f"must be one of Pretrain, SFT, Eval, MLLM, Debug, Other (got {shown(row['type'])})")
     return PublicJob(job_id=text_field(row, "job_id"), gpus=gpu_field(row),
                      finished=slurm_state(row), submit_s=time_field(row, "submit_time"),  # type: ignore[arg-type]
-                     duration_s=run_time_s(row), kind=kind)
+                     **run_times(row), kind=kind)
 
 
 def load_acme(path: str | Path, *, source: str, skip_bad_rows: bool = False, **options: object) -> TraceLoad:

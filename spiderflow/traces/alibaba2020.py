@@ -196,6 +196,8 @@ def load_alibaba2020(path: str | Path, *, source: str, skip_bad_rows: bool = Fal
                                     finished=finished))
             continue
         run = t.end_s - t.start_s if t.start_s is not None and t.end_s is not None else None
+        open_since = t.start_s if t.start_s is not None and t.end_s is None else None  # still running
         public.append(PublicJob(job_id=name, submit_s=submit, gpus=t.gpus, duration_s=run,
-                                finished=finished))
+                                finished=finished and open_since is None, open_since_s=open_since,
+                                end_s=t.end_s))
     return finish(public, opts=opts, sink=sink, fmt="alibaba-v2020", source=source)

@@ -13,12 +13,14 @@ blank for pods never scheduled). The sampled lists that carry only the first
 five columns have no times and cannot be replayed.
 
 Mapping (see :mod:`spiderflow.traces.mapping`): one job per pod; arrival =
-``creation_time``; GPUs = ``num_gpu`` (a shared fraction of one GPU counts as
-1); run time = ``deletion_time - scheduled_time``; finished = phase
-Succeeded **or Running**: most pods of the trace were deleted while Running,
-which we read as removed by their owner after running without error, whereas
-Failed pods did not end well and Pending ones never ran. No job type. Note: the largest pods
-ask for 8 GPUs, so under the default ``min_gpus=8`` only 8-GPU pods remain.
+``creation_time``; GPUs = ``num_gpu``, or ``gpu_milli / 1000`` of one GPU for a
+GPU-sharing pod (aggregated into whole GPUs by default); run time =
+``deletion_time - scheduled_time``; a scheduled pod with no deletion time was
+still running at the snapshot (censored at the trace end by default);
+finished = phase Succeeded **or Running**: most pods of the trace were deleted
+while Running, which we read as removed by their owner after running without
+error, whereas Failed pods did not end well and Pending ones never ran. No job
+type. The largest pods ask for 8 GPUs: the default ``gpu_scale`` 8 maps them to 64.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ def parse_row(row: Mapping[str, str]) -> PublicJob:
     name = text_field(row, "name")
     gpus = gpu_field(row, "num_gpu")
     milli = float_field(row, "gpu_milli", optional=True, maximum=1000.0) or 0.0  # thousandths of one GPU
-    if gpus == 0 and milli > 0:  # a GPU share without a whole GPU
+    # gpu_milli is the share of one GPU a GPU-sharing pod (num_gpu 1) asks for (the v2023 README);
+    # a share with num_gpu 0 is read the same way
+    if gpus <= 1 and 0 < milli < 1000:
         gpus = milli / 1000.0
     phase = row["pod_phase"]
     if phase not in PHASES:
@@ -54,8 +58,10 @@ def parse_row(row: Mapping[str, str]) -> PublicJob:
             raise RowError("deletion_time", f"must not precede scheduled_time={row['scheduled_time']} "
                            f"(got {row['deletion_time']!r})")
         run = check_duration(deleted - scheduled, "deletion_time", row["deletion_time"])
+    still_running = scheduled is not None and deleted is None  # no deletion yet at the snapshot
     return PublicJob(job_id=name, submit_s=created, gpus=gpus, duration_s=run,  # type: ignore[arg-type]
-                     finished=phase in FINISHED)
+                     finished=phase in FINISHED and not still_running, end_s=deleted,
+                     open_since_s=scheduled if still_running else None)
 
 
 def load_alibaba2023(path: str | Path, *, source: str, skip_bad_rows: bool = False,

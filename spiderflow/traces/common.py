@@ -64,7 +64,9 @@ class TraceLoad:
 
     ``skipped`` counts malformed rows left out under ``skip_bad_rows``;
     ``dropped`` counts well-formed public-trace jobs the mapping left out, by
-    reason (``no_gpus``, ``not_finished``, ``no_runtime``, ``below_min_gpus``).
+    reason (``no_gpus``, ``not_finished``, ``no_runtime``, ``fractional``,
+    ``below_min_gpus``, and ``merged``: GPU shares folded into another job);
+    ``report`` says, one line per mapping rule, what it kept and dropped.
     """
 
     jobs: tuple[Job, ...]
@@ -72,6 +74,7 @@ class TraceLoad:
     format: str
     source: str
     dropped: Mapping[str, int] = field(default_factory=dict)
+    report: tuple[str, ...] = ()
 
     def summary(self) -> str:
         """One line for a CLI: how many jobs, and what was skipped or dropped."""

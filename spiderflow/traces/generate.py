@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from spiderflow.errors import ConfigError
 from spiderflow.inputs import finite
 from spiderflow.traces.common import MAX_GPUS, MAX_TIME_S, shown
-from spiderflow.traces.mapping import BATCH_BY_MODEL, MODEL_LADDER, reference_iteration_time_s, state_fraction
+from spiderflow.traces.mapping import (BATCH_BY_MODEL, MODEL_LADDER, iteration_flops, reference_iteration_time_s,
+                                       state_fraction)
 from spiderflow.workload import Job
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
@@ -181,3 +182,51 @@ def generate_trace(jobs: int, seed: int, *, arrival: str = "poisson", mean_inter
         out.append(Job(job_id=f"{cls.name}-{i:0{width}d}", arrival_s=round(t, 3), model=model, gpus=gpus,
                        iterations=max(1, round(target_s / step_s)), global_batch=batch, seq_len=seq))
     return tuple(out)
+
+
+# --- sizing arrivals to an offered load (``trace generate --topology FILE --load L``) ---
+MAX_LOAD = 2.0
+
+
+def gpu_seconds(job: Job, flops_per_gpu: float) -> float:
+    """GPU seconds the job needs at ``flops_per_gpu``: its iterations' FLOPs over the per-GPU rate.
+
+    A lower bound on its GPU time on real GPUs: communication and pipeline bubbles
+    only add to it. The same for any GPU count, so no plan is needed to estimate it.
+    """
+    return job.iterations * iteration_flops(job.model, job.global_batch, job.seq_len) / flops_per_gpu
+
+
+def offered_load(jobs: tuple[Job, ...] | list[Job], *, total_gpus: int, flops_per_gpu: float) -> float:
+    """Sum over jobs of GPUs x run time, over total GPUs x the span of arrivals."""
+    span = jobs[-1].arrival_s - jobs[0].arrival_s if jobs else 0.0
+    if span <= 0 or total_gpus <= 0:
+        return math.inf
+    return sum(gpu_seconds(j, flops_per_gpu) for j in jobs) / (total_gpus * span)
+
+
+def mean_gap_for_load(jobs: int, seed: int, load: float, *, total_gpus: int, flops_per_gpu: float,
+                      **kwargs: object) -> float:
+    """The ``mean_interarrival_s`` at which ``generate_trace(jobs, seed, **kwargs)`` offers ``load``.
+
+    Every gap the generator draws is proportional to the mean gap (exponential
+    draws, and bursts whose gaps are fixed ratios of it) while the jobs' draws
+    do not depend on it, so one trace at a reference mean gives the span per
+    second of mean gap, and the mean follows in closed form.
+    """
+    if isinstance(load, bool) or not finite(load) or not 0 < load <= MAX_LOAD:
+        raise ConfigError(f"trace generate: load must be a number in (0, {MAX_LOAD:g}] (got {shown(load)})")
+    if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral) or jobs < 2:
+        raise ConfigError(f"trace generate: load needs at least 2 jobs, so arrivals span some time (got {shown(jobs)})")
+    reference_s = 600.0
+    ref = generate_trace(jobs, seed, mean_interarrival_s=reference_s, **kwargs)  # type: ignore[arg-type]
+    span_per_s = (ref[-1].arrival_s - ref[0].arrival_s) / reference_s
+    work = sum(gpu_seconds(j, flops_per_gpu) for j in ref)
+    if span_per_s <= 0:
+        raise ConfigError("trace generate: every job of this seed arrives at once; use more jobs or another seed")
+    mean = work / (load * total_gpus * span_per_s)
+    if not 0 < mean <= MAX_MEAN_INTERARRIVAL_S or jobs * mean > MAX_TIME_S / 2:
+        raise ConfigError(f"trace generate: load {load:g} on {total_gpus} GPUs needs a mean gap of {mean:.3g} s "
+                          f"between {jobs} jobs, beyond (0, {MAX_MEAN_INTERARRIVAL_S:g}] s; raise the load "
+                          "or the number of jobs, or lower --max-gpus")
+    return mean

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from spiderflow.traces.common import TraceLoad, text_field, time_field
 from spiderflow.traces.mapping import PublicJob
-from spiderflow.traces.public import gpu_field, load_public_csv, run_time_s, slurm_state
+from spiderflow.traces.public import gpu_field, load_public_csv, run_times, slurm_state
 
 REQUIRED = ("job_id", "vc", "gpu_num", "state", "submit_time", "start_time", "end_time", "duration")
 
@@ -31,7 +31,7 @@ REQUIRED = ("job_id", "vc", "gpu_num", "state", "submit_time", "start_time", "en
 def parse_row(row: Mapping[str, str]) -> PublicJob:
     return PublicJob(job_id=text_field(row, "job_id"), gpus=gpu_field(row),
                      finished=slurm_state(row), submit_s=time_field(row, "submit_time"),  # type: ignore[arg-type]
-                     duration_s=run_time_s(row))
+                     **run_times(row))
 
 
 def load_helios(path: str | Path, *, source: str, skip_bad_rows: bool = False, **options: object) -> TraceLoad:

@@ -26,11 +26,12 @@ def load_trace(path: str | Path, *, format: str | None = None, skip_bad_rows: bo
                **options: object) -> TraceLoad:
     """Read a job trace; ``format=None`` tells it from the file's header.
 
-    ``options`` tune how public-trace jobs become ours (``min_gpus``,
-    ``max_gpus``, ``keep_small``, ``keep_unfinished``, ``iteration_time_s``,
-    ``global_batch``, ``seq_len``; ``job_table``/``task_table`` for
-    alibaba-v2020): see :mod:`spiderflow.traces.mapping`. Jobs come sorted by
-    arrival; a public trace's first kept job arrives at 0 s, ours keeps its times.
+    ``options`` tune how public-trace jobs become ours (``gpu_scale``,
+    ``min_gpus``, ``max_gpus``, ``fractional``, ``unfinished``, ``small``,
+    ``iteration_time_s``, ``global_batch``, ``seq_len``; ``job_table``/``task_table``
+    for alibaba-v2020): see :mod:`spiderflow.traces.mapping`; ``TraceLoad.report``
+    says what each rule kept and dropped. Jobs come sorted by arrival; a public
+    trace's first kept job arrives at 0 s, ours keeps its times.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ConfigError(f"trace path must be a file path (got {type(path).__name__})")

@@ -167,7 +167,9 @@ def parse_job(obj: Any) -> PublicJob:
         raise RowError("attempts", f"must be a list of attempt objects (got {shown(attempts)})")
     gpus: int | None = None
     run_s: float | None = None
+    last_end: float | None = None
     still_running = False
+    open_since: float | None = None
     for i, attempt in enumerate(attempts):
         where = f"attempts[{i}]"
         if not isinstance(attempt, dict):
@@ -177,6 +179,9 @@ def parse_job(obj: Any) -> PublicJob:
         start_s = parse_time(start, f"{where}.start_time") if start not in (None, "None", "") else None
         end_s = parse_time(end, f"{where}.end_time") if end not in (None, "None", "") else None
         still_running = end_s is None and i == len(attempts) - 1
+        open_since = start_s if still_running else None
+        if end_s is not None:
+            last_end = end_s if last_end is None else max(last_end, end_s)
         if start_s is not None and end_s is not None:
             if end_s < start_s:
                 raise RowError(f"{where}.end_time", f"must not precede start_time {start!r} (got {end!r})")
@@ -185,7 +190,8 @@ def parse_job(obj: Any) -> PublicJob:
         raise RowError("attempts", f"add up to {run_s:.3g} s of run time, more than {MAX_DURATION_S:g} s; "
                        "check the attempts' times")
     return PublicJob(job_id=job_id, submit_s=submit, gpus=gpus, duration_s=run_s,
-                     finished=status == "Pass" and not still_running)
+                     finished=status == "Pass" and not still_running, open_since_s=open_since,
+                     end_s=last_end)
 
 
 def load_philly(path: str | Path, *, source: str, skip_bad_rows: bool = False,

@@ -18,13 +18,14 @@ SLURM_STATES = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "RUN
 def finish(public: list[PublicJob], *, opts: MappingOptions, sink: RowSink, fmt: str,
            source: str) -> TraceLoad:
     """Map, and refuse an empty result with the counts that explain it."""
-    jobs, dropped = map_jobs(public, opts)
+    jobs, dropped, report = map_jobs(public, opts)
     if not jobs:
         why = ", ".join(f"{k}={v}" for k, v in dropped.items() if v) or "no rows"
         raise ConfigError(f"{source}: no jobs left to replay from this {fmt} trace "
-                          f"(skipped {sink.skipped} bad rows; dropped {why}); "
-                          "keep more with min_gpus/keep_small/keep_unfinished")
-    return TraceLoad(jobs=jobs, skipped=sink.skipped, format=fmt, source=source, dropped=dropped)
+                          f"(skipped {sink.skipped} bad rows; dropped {why}); keep more with "
+                          "unfinished='censor', fractional='aggregate', small='raise'")
+    return TraceLoad(jobs=jobs, skipped=sink.skipped, format=fmt, source=source, dropped=dropped,
+                     report=report)
 
 
 def load_public_csv(path: str | Path, *, source: str, fmt: str, required: tuple[str, ...],
@@ -52,19 +53,20 @@ def load_public_csv(path: str | Path, *, source: str, fmt: str, required: tuple[
     return finish(public, opts=opts, sink=sink, fmt=fmt, source=source)
 
 
-def run_time_s(row: Mapping[str, str]) -> float | None:
-    """The ``duration`` column in seconds, else end_time - start_time, else None (never ran)."""
+def run_times(row: Mapping[str, str]) -> dict[str, float | None]:
+    """``duration_s`` (the ``duration`` column, else end_time - start_time; None: never ended),
+    ``open_since_s`` (start_time of a job with no end: still running at the snapshot) and
+    ``end_s`` (end_time), as PublicJob keyword arguments."""
     duration = float_field(row, "duration", optional=True, maximum=MAX_DURATION_S)
-    if duration is not None:
-        return duration
     start = time_field(row, "start_time", optional=True)
     end = time_field(row, "end_time", optional=True)
-    if start is None or end is None:
-        return None
-    if end < start:
+    if start is not None and end is not None and end < start:
         raise RowError("end_time", f"must not precede start_time={row['start_time']!r} "
                        f"(got {row['end_time']!r})")
-    return check_duration(end - start, "end_time", row["end_time"])
+    if duration is None and start is not None and end is not None:
+        duration = check_duration(end - start, "end_time", row["end_time"])
+    still_running = duration is None and start is not None and end is None
+    return {"duration_s": duration, "open_since_s": start if still_running else None, "end_s": end}
 
 
 def gpu_field(row: Mapping[str, str], name: str = "gpu_num") -> float:

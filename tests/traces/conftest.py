@@ -38,3 +38,50 @@ def data():
 @pytest.fixture
 def iters():
     return expected_iterations
+
+
+# The mapping before issue 15 (GPUs as traced, unfinished and fractional jobs and jobs below
+# min_gpus dropped): the field-by-field tests of each importer check their rows under it.
+LEGACY = {"gpu_scale": 1, "unfinished": "drop", "fractional": "drop", "small": "drop"}
+
+
+def drops(**counts):
+    """A TraceLoad.dropped dict: every reason, zero unless given."""
+    return {"no_gpus": 0, "not_finished": 0, "no_runtime": 0, "fractional": 0, "below_min_gpus": 0,
+            "merged": 0, **counts}
+
+
+@pytest.fixture
+def legacy():
+    return dict(LEGACY)
+
+
+@pytest.fixture
+def dropped():
+    return drops
+
+
+def trace_cli(argv):
+    """``python -m spiderflow <argv>`` for the ``trace`` subcommands, as spiderflow.cli.main runs them
+    (one-line errors, exit 2), without importing the planners the other commands need."""
+    from spiderflow.cliutil import OneLineParser
+    from spiderflow.errors import SpiderFlowError
+    from spiderflow.traces.cli import add_trace
+
+    parser = OneLineParser(prog="python -m spiderflow")
+    add_trace(parser.add_subparsers(dest="command", required=True))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code
+    try:
+        return args.func(args)
+    except SpiderFlowError as exc:
+        import sys
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+@pytest.fixture
+def cli():
+    return trace_cli

@@ -15,8 +15,8 @@ def job(job_id, arrival_s, model, gpus, batch, seq, duration_s, iters):
                seq_len=seq, iterations=iters(model, gpus, batch, seq, duration_s))
 
 
-def test_acme_seren_rows_field_by_field(data, iters):
-    load = load_trace(data / "acme_seren.csv")
+def test_acme_seren_rows_field_by_field(data, iters, legacy, dropped):
+    load = load_trace(data / "acme_seren.csv", **legacy)
     assert load.format == "acme" and load.skipped == 0
     assert load.jobs == (
         # Pretrain on 16 GPUs: base gpt3-2.7b, one rung up; 36000 s run; first arrival is 0.
@@ -29,11 +29,11 @@ def test_acme_seren_rows_field_by_field(data, iters):
     # By hand: 3 x forward = 9.04e16 FLOPs per iteration over 16 x 140.4 TFLOP/s = 40.25 s;
     # 36000 s / 40.25 s = 894.4 iterations.
     assert load.jobs[0].iterations == 894
-    assert load.dropped == {"no_gpus": 1, "not_finished": 2, "no_runtime": 0, "below_min_gpus": 1}
+    assert load.dropped == dropped(no_gpus=1, not_finished=2, below_min_gpus=1)
 
 
-def test_acme_kalos_extra_columns_and_blank_duration(data, iters):
-    load = load_trace(data / "acme_kalos.csv")
+def test_acme_kalos_extra_columns_and_blank_duration(data, iters, legacy):
+    load = load_trace(data / "acme_kalos.csv", **legacy)
     assert load.format == "acme"
     assert load.jobs == (
         job("dlcaaaa1111bbbb2", 0.0, "llama2-70b", 128, 1024, 4096, 86400, iters),  # Pretrain: 13b + 1
@@ -42,19 +42,22 @@ def test_acme_kalos_extra_columns_and_blank_duration(data, iters):
     assert load.dropped["not_finished"] == 1
 
 
-def test_acme_options_keep_small_and_unfinished(data, iters):
-    load = load_trace(data / "acme_seren.csv", keep_small=True, keep_unfinished=True)
+def test_acme_default_mapping_keeps_small_and_unfinished_jobs(data, iters, dropped):
+    load = load_trace(data / "acme_seren.csv")  # Acme: gpu_scale 1; raised to 8 GPUs; failures censored
     by_id = {j.job_id: j for j in load.jobs}
-    assert set(by_id) == {"9000101", "9000102", "9000103", "9000105", "9000106", "9000107"}
-    # Debug on 1 GPU: base gpt3-125m, one rung down is clamped at the bottom of the ladder.
-    assert by_id["9000103"] == job("9000103", 300.0, "gpt3-125m", 1, 256, 2048, 120, iters)
-    assert by_id["9000105"].gpus == 32 and by_id["9000105"].model == "gpt3-6.7b"  # SFT, failed, kept
-    assert load.dropped == {"no_gpus": 1, "not_finished": 0, "no_runtime": 0, "below_min_gpus": 0}
+    assert list(by_id) == ["9000101", "9000103", "9000105", "9000102", "9000106", "9000107"]
+    # Debug on 1 GPU: raised to 8 GPUs; base gpt3-1.3b, one rung down for Debug.
+    assert by_id["9000103"] == job("9000103", 300.0, "gpt3-350m", 8, 256, 2048, 120, iters)
+    assert by_id["9000105"] == job("9000105", 420.0, "gpt3-6.7b", 32, 1024, 2048, 60, iters)  # FAILED: ran 60 s
+    assert by_id["9000107"].gpus == 8 and by_id["9000107"].model == "gpt3-1.3b"  # CANCELLED after 240 s
+    assert load.dropped == dropped(no_gpus=1)
+    assert "kept 2 that failed or were killed" in load.report[1]
+    assert "raised 1 to 8" in load.report[4] and "x1, a power of two in [8, 512]" in load.report[4]
 
 
 def test_acme_fixed_shape_options(data):
     load = load_trace(data / "acme_seren.csv", iteration_time_s=2.0, global_batch=64, seq_len=1024,
-                      min_gpus=16, max_gpus=16)
+                      min_gpus=16, max_gpus=16, small="drop", unfinished="drop")
     assert [(j.job_id, j.gpus, j.iterations, j.global_batch, j.seq_len) for j in load.jobs] == [
         ("9000101", 16, 18000, 64, 1024), ("9000106", 16, 3600, 64, 1024)]
     assert load.dropped["below_min_gpus"] == 2  # the 1- and 8-GPU jobs
@@ -99,11 +102,11 @@ def test_unknown_option_is_refused(data):
 
 def test_everything_dropped_is_an_error(data):
     with pytest.raises(ConfigError, match="no jobs left .* dropped no_gpus=1, not_finished=2, below_min_gpus=4"):
-        load_trace(data / "acme_seren.csv", min_gpus=64)
+        load_trace(data / "acme_seren.csv", min_gpus=64, small="drop", unfinished="drop")
 
 
-def test_helios_rows_field_by_field(data, iters):
-    load = load_trace(data / "helios.csv")
+def test_helios_rows_field_by_field(data, iters, legacy, dropped):
+    load = load_trace(data / "helios.csv", **legacy)
     assert load.format == "helios"
     assert load.jobs == (
         job("1002", 0.0, "gpt3-13b", 64, 1024, 2048, 86400, iters),
@@ -111,7 +114,7 @@ def test_helios_rows_field_by_field(data, iters):
         job("1008", 5400.0, "gpt3-2.7b", 16, 512, 2048, 7200, iters),  # 12 -> 16 GPUs; end - start
     )
     # 1003: 2 GPUs; 1004: TIMEOUT; 1005: CPU only; 1006: "CANCELLED by 42"; 1007: ran 0 s
-    assert load.dropped == {"no_gpus": 1, "not_finished": 2, "no_runtime": 1, "below_min_gpus": 1}
+    assert load.dropped == dropped(no_gpus=1, not_finished=2, no_runtime=1, below_min_gpus=1)
 
 
 def test_helios_bad_row(tmp_path, data):
@@ -132,3 +135,14 @@ def test_ids_must_be_unique(tmp_path, data):
                  "2020-04-01 11:00:20,3600,20\n")
     with pytest.raises(ConfigError, match=r"h.csv:10: job_id repeats line 2 \(got '1001'\)"):
         load_trace(path)
+
+
+def test_helios_running_job_is_censored_at_the_trace_end(tmp_path):
+    path = tmp_path / "cluster_log.csv"
+    path.write_text("job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n"
+                    "1,uA,vcX,8,48,1,COMPLETED,2020-04-01 08:00:00,2020-04-01 08:00:00,2020-04-01 10:00:00,7200,0\n"
+                    "2,uB,vcX,8,48,1,RUNNING,2020-04-01 08:30:00,2020-04-01 09:00:00,,,1800\n")
+    load = load_trace(path, iteration_time_s=1.0)
+    assert [(j.job_id, j.arrival_s, j.iterations) for j in load.jobs] == [("1", 0.0, 7200), ("2", 1800.0, 3600)]
+    assert "and 1 still running, cut at the trace end" in load.report[1]
+    assert [j.job_id for j in load_trace(path, unfinished="drop").jobs] == ["1"]

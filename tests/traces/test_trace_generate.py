@@ -7,7 +7,7 @@ import pytest
 
 from spiderflow.errors import ConfigError
 from spiderflow.traces import generate_trace, load_trace
-from spiderflow.traces.generate import CLASSES, fits
+from spiderflow.traces.generate import CLASSES, fits, gpu_seconds, mean_gap_for_load, offered_load
 from spiderflow.traces.mapping import reference_iteration_time_s
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -98,3 +98,72 @@ def test_shipped_default_trace_fits_the_default_topology():
     for j in jobs:
         assert 4 <= j.gpus <= 16 and j.arrival_s <= 60
         assert 20 <= j.iterations <= 50 and 32 <= j.global_batch <= 128 and 1024 <= j.seq_len <= 2048
+
+
+# --- sizing arrivals to an offered load: trace generate --topology FILE --load L ---
+
+TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
+
+
+def paper8():
+    from spiderflow.topology import load_topology
+    topo = load_topology(TOPOLOGIES / "paper8.yaml")
+    flops = sum(c.total_gpus * c.profile.achieved_flops for c in topo.clusters) / topo.total_gpus
+    return topo.total_gpus, flops
+
+
+def test_gpu_seconds_by_hand():
+    job = generate_trace(1, 0)[0]
+    flops = 140.4e12  # an A100 at MFU 0.45: the reference GPU, so gpu_seconds = gpus x target run time
+    assert gpu_seconds(job, flops) == pytest.approx(job.gpus * run_s(job), rel=1e-12)
+    assert gpu_seconds(job, 2 * flops) == pytest.approx(gpu_seconds(job, flops) / 2)
+
+
+@pytest.mark.parametrize("arrival", ["poisson", "bursty"])
+@pytest.mark.parametrize("load", [0.5, 0.7, 0.9, 2.0])
+def test_mean_gap_gives_the_asked_load(arrival, load):
+    total, flops = paper8()
+    mean = mean_gap_for_load(300, 3, load, total_gpus=total, flops_per_gpu=flops, arrival=arrival, max_gpus=64)
+    jobs = generate_trace(300, 3, arrival=arrival, mean_interarrival_s=mean, max_gpus=64)
+    assert offered_load(jobs, total_gpus=total, flops_per_gpu=flops) == pytest.approx(load, rel=1e-6)
+    # the jobs are the same as at any other mean gap: only the arrivals stretch
+    other = generate_trace(300, 3, arrival=arrival, mean_interarrival_s=600, max_gpus=64)
+    assert [(j.model, j.gpus, j.iterations) for j in jobs] == [(j.model, j.gpus, j.iterations) for j in other]
+
+
+@pytest.mark.parametrize("load, jobs, message", [
+    (0, 10, r"load must be a number in \(0, 2\]"), (2.5, 10, "load must be"), (float("nan"), 10, "load must be"),
+    (True, 10, "load must be"), (0.5, 1, "load needs at least 2 jobs"),
+    (1e-9, 10, "needs a mean gap of .* raise the load"),
+])
+def test_load_out_of_range(load, jobs, message):
+    total, flops = paper8()
+    with pytest.raises(ConfigError, match=message):
+        mean_gap_for_load(jobs, 0, load, total_gpus=total, flops_per_gpu=flops)
+
+
+def test_cli_generate_for_a_load(tmp_path, capsys, cli):
+    main = cli
+    out = tmp_path / "t.csv"
+    assert main(["trace", "generate", "--jobs", "100", "--seed", "2", "--topology", str(TOPOLOGIES / "paper8.yaml"),
+                 "--load", "0.7", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "offered load 0.700 of paper8's 128 GPUs" in said
+    jobs = load_trace(out).jobs
+    total, flops = paper8()
+    assert offered_load(jobs, total_gpus=total, flops_per_gpu=flops) == pytest.approx(0.7, rel=1e-4)
+    assert max(j.gpus for j in jobs) <= 128  # capped at the topology's GPUs (a power of two)
+    assert "--load 0.7" in out.read_text().splitlines()[0]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--load", "0.5"], "--load and --topology go together"),
+    (["--topology", "topologies/paper8.yaml"], "--load and --topology go together"),
+    (["--load", "0.5", "--topology", "topologies/paper8.yaml", "--mean-interarrival", "60"],
+     "give --load or --mean-interarrival, not both"),
+])
+def test_cli_load_needs_a_topology_and_no_mean_gap(tmp_path, capsys, cli, extra, message):
+    main = cli
+    assert main(["trace", "generate", "--jobs", "5", *extra, "--out", str(tmp_path / "t.csv")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "t.csv").exists()
