@@ -67,6 +67,8 @@ def _load(args):
     if not jobs:
         raise ConfigError(f"{args.trace}: no jobs to replay")
     if trace.skipped or any(trace.dropped.values()) or not args.json:
+        for line in trace.report:  # a public trace: what each mapping rule kept and dropped
+            print(line, file=sys.stderr)
         print(trace.summary(), file=sys.stderr)
     cal = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
     check_calibration_applies(cal, topo, allow_other_topology=args.calibration_any_topology)
