@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 
+from spiderflow import __version__
 from spiderflow.cliutil import OneLineParser, closed_stdout_exit
 from spiderflow.errors import SpiderFlowError
 
@@ -29,6 +30,7 @@ SUBCOMMANDS = {
 def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     parser = OneLineParser(prog="python -m emulator", description="Emulated WAN for SpiderFlow (needs root).")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--version", action="version", version=f"spiderflow emulator {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     modules = {}
     for name, module_name in SUBCOMMANDS.items():

@@ -42,6 +42,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$VENV/bin/pip" install -q torch==2.13.0 2>&1 | quiet
   fi
   log "installing the project and its test tools"
-  "$VENV/bin/pip" install -q -e "$ROOT[test]" 2>&1 | quiet
+  "$VENV/bin/pip" install -q -e "$ROOT[test,emulator]" 2>&1 | quiet
   echo "$want" > "$stamp"
 fi

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from spiderflow import __version__
 from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, closed_stdout_exit, dumps, int_in,
                                 int_list, name_list, output_dir, output_file, seed_arg, time_limit_arg)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
@@ -194,6 +195,7 @@ COMMANDS = [add_plan, add_topology, add_bench, add_sim_commands]
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m spiderflow", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"spiderflow {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(sub)

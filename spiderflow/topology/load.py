@@ -14,6 +14,7 @@ import re
 from pathlib import Path as FsPath
 from typing import Any
 
+from spiderflow import shipped
 from spiderflow.errors import ConfigError
 from spiderflow.hardware import GPUS
 from spiderflow.inputs import finite, load_yaml, read_text
@@ -98,7 +99,13 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def load_topology(path: str | FsPath, *, routing: str | None = None) -> Topology:
-    """Read ``path``; ``routing`` overrides the file's routing rule."""
+    """Read ``path`` (or a shipped topology's name, see :mod:`spiderflow.shipped`); ``routing``
+    overrides the file's routing rule."""
+    if isinstance(path, (str, FsPath)) and "\x00" not in str(path):
+        path = shipped.find(path, "topology")
+        if not FsPath(path).exists():
+            raise ConfigError(f"{path}: no such topology file; give a path or a shipped name "
+                              f"({', '.join(shipped.names('topology'))})")
     source = str(path)
     data = load_yaml(read_text(path, what="topology file"), source)
     return parse_topology(data, source=source, routing=routing)

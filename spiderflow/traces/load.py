@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from spiderflow import shipped
 from spiderflow.errors import ConfigError
 from spiderflow.traces.acme import load_acme
 from spiderflow.traces.alibaba2020 import load_alibaba2020
@@ -37,10 +38,12 @@ def load_trace(path: str | Path, *, format: str | None = None, skip_bad_rows: bo
         raise ConfigError(f"trace path must be a file path (got {type(path).__name__})")
     if "\x00" in str(path):
         raise ConfigError(f"trace path {shown(str(path))} holds a NUL byte; give the file's path")
+    path = shipped.find(path, "trace")
     source = str(path)
     if format is None:
         if not Path(path).exists():
-            raise ConfigError(f"{source}: no such trace file; check the path")
+            raise ConfigError(f"{source}: no such trace file; give a path or a shipped name "
+                              f"({', '.join(shipped.names('trace'))})")
         format = sniff_format(path, source=source)
     elif not isinstance(format, str) or format not in READERS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)} (got {shown(format)})")

@@ -31,7 +31,7 @@ def test_bad_topology_is_the_loaders_one_line_error_and_exit_2(tmp_path):
 
 def test_missing_topology_file(tmp_path):
     done = run("check", "--topology", str(tmp_path / "nope.yaml"))
-    assert done.returncode == 2 and "cannot read topology file" in done.stderr
+    assert done.returncode == 2 and "no such topology file" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
