@@ -37,6 +37,7 @@ from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, 
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import DEFAULT_PLANNER, PLANNERS, PlacementRequest, run_planner
+from spiderflow.provenance import provenance
 from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import load_trace
 from spiderflow.workload import Job
@@ -152,13 +153,13 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     progress = lambda msg: print(f"[run] {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    config = {"topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planner": cfg.planner,
+    config = {**provenance(), "topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planner": cfg.planner,
               "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
               "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp,
               "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
-              "rank_start": "cold" if args.cold_start else "warm pool", "argv": sys.argv,
+              "rank_start": "cold" if args.cold_start else "warm pool",
               "scale": net.scale, "dilation": net.dilation, "dilation_reason": choice.reason,
-              "net": asdict(net), "started": dt.datetime.now().isoformat(timespec="seconds")}
+              "net": asdict(net)}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{len(jobs)} jobs from {trace_path} on {topo.source}; planner {cfg.planner}; "
              f"{cfg.iterations} iterations ({cfg.warmup} warm-up); arrivals / {cfg.time_scale:g}; output {out}")

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from spiderflow import __version__
+from spiderflow import __version__, shipped
 from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, closed_stdout_exit, dumps, int_in,
                                 int_list, name_list, output_dir, output_file, seed_arg, time_limit_arg)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
@@ -31,8 +31,10 @@ MAX_GENERATED_CLUSTERS = 4096
 
 def add_plan(sub) -> None:
     p = sub.add_parser("plan", help="place and plan one job, print the plan and its prediction")
-    p.add_argument("--topology", default="topologies/default.yaml")
-    p.add_argument("--model", required=True, choices=list(MODELS))
+    p.add_argument("--topology", default="default",
+                   help="topology YAML, or a shipped name: " + ", ".join(shipped.names("topology"))
+                        + " (default %(default)s)")
+    p.add_argument("--model", required=True, choices=list(MODELS), help="model to train")
     p.add_argument("--gpus", required=True, type=int_in(1, MAX_GPUS), help=f"1..{MAX_GPUS:,}")
     p.add_argument("--global-batch", type=int_in(1, MAX_GLOBAL_BATCH), default=256,
                    help=f"sequences per iteration, 1..{MAX_GLOBAL_BATCH:,} (default %(default)s)")
@@ -40,14 +42,15 @@ def add_plan(sub) -> None:
                    help=f"tokens, 1..{MAX_SEQ_LEN:,} (default %(default)s)")
     p.add_argument("--clusters", type=name_list(what="cluster"),
                    help="comma-separated clusters to use, in pipeline order")
-    p.add_argument("--planner", default=DEFAULT_PLANNER, choices=list(PLANNERS))
-    p.add_argument("--calibration", help="calibration JSON from `emulator calibrate`")
+    p.add_argument("--planner", default=DEFAULT_PLANNER, choices=list(PLANNERS),
+                   help="placement strategy (default %(default)s)")
+    p.add_argument("--calibration", help="calibration JSON from `emulator calibrate` (default: none)")
     p.add_argument("--calibration-any-topology", action="store_true",
                    help="apply --calibration although it records another topology than --topology")
     p.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
     p.add_argument("--time-limit", type=time_limit_arg, default=60.0,
                    help=f"solver time limit, seconds, in (0, {MAX_TIME_LIMIT_S:g}] (default %(default)g)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.set_defaults(func=cmd_plan)
 
 
@@ -122,7 +125,7 @@ def add_topology(sub) -> None:
     g.add_argument("--out", type=output_file, required=True, help="YAML file to write")
     g.set_defaults(func=cmd_topology_generate)
     c = tsub.add_parser("check", help="load and validate a topology file")
-    c.add_argument("file")
+    c.add_argument("file", help="topology YAML, or a shipped name")
     c.set_defaults(func=cmd_topology_check)
 
 
@@ -155,8 +158,10 @@ def add_bench(sub) -> None:
     b.add_argument("--planners", type=name_list(PLANNERS, "planner"), default=list(PLANNERS),
                    help=f"comma-separated; default all: {','.join(PLANNERS)}")
     b.add_argument("--time-limit", type=time_limit_arg, default=10.0,
-                   help=f"ILP time limit per decision, seconds, in (0, {MAX_TIME_LIMIT_S:g}]")
-    b.add_argument("--out", type=output_dir, default="benchmarks/results")
+                   help=f"ILP time limit per decision, seconds, in (0, {MAX_TIME_LIMIT_S:g}] (default %(default)g)")
+    b.add_argument("--out", type=output_dir, default="runs/bench-planner",
+                   help="directory for planner.md and the CSVs (default %(default)s; the committed results "
+                        "are in benchmarks/results)")
     b.set_defaults(func=cmd_bench_planner)
 
 

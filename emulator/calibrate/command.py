@@ -31,6 +31,7 @@ from emulator.run import MAX_ITERATIONS, check_warmup
 from emulator.runner import RunConfig
 from spiderflow.cliutil import dumps, int_in, output_dir
 from spiderflow.costmodel import load_calibration, plan_work
+from spiderflow.provenance import provenance
 from spiderflow.topology import load_topology
 from spiderflow.topology.load import TOPOLOGY_NAME
 
@@ -157,10 +158,10 @@ def main(args: argparse.Namespace) -> int:
     log = lambda msg: print(f"[calibrate] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     log(f"scale {net.scale:g}, dilation {net.dilation:g}: {choice.reason}")
     (out / "config.json").write_text(json.dumps(
-        {"topologies": [t.source for t in topos], "scale": net.scale, "dilation": net.dilation,
+        {**provenance(), "topologies": [t.source for t in topos], "scale": net.scale, "dilation": net.dilation,
          "dilation_reason": choice.reason, "net": asdict(net), "compute": "emulated",
          "iterations": run_cfg.iterations, "warmup": run_cfg.warmup, "samples": args.samples,
-         "plans": not args.no_plans, "started": dt.datetime.now().isoformat(timespec="seconds")}, indent=1) + "\n")
+         "plans": not args.no_plans}, indent=1) + "\n")
     t0 = time.monotonic()
     cal_paths = []
     try:

@@ -7,12 +7,14 @@ import math
 import sys
 from pathlib import Path
 
+from spiderflow import shipped
 from spiderflow.cliutil import (MAX_SEARCH_BUDGET, MAX_SEED, MAX_TIME_LIMIT_S, dumps, int_in, name_list, output_dir,
                                 seed_arg, time_limit_arg)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
+from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import SUMMARY_KEYS, jct_cdf_png, summarise, write_rows
 from spiderflow.topology import load_topology
@@ -20,18 +22,27 @@ from spiderflow.traces import FORMATS, load_trace
 from spiderflow.traces.cli import add_trace  # noqa: F401  (the `trace` subcommands live with the traces)
 
 
+COMPARED = tuple(p for p in PLANNERS if p != "joint-ilp")  # compare's default planners
 MAX_TRACE_JOBS = 10_000_000  # sanity bound (a value past it is a typo)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topology", default="topologies/paper8.yaml")
-    p.add_argument("--trace", default="traces/synthetic-1000.csv")
+    # The shipped defaults are small and fast (5 jobs on 4 clusters, seconds); synthetic-1000.csv on
+    # paper8 overloads it (JCT becomes queueing), so it is no default.
+    p.add_argument("--topology", default="default",
+                   help="topology YAML, or a shipped name: " + ", ".join(shipped.names("topology"))
+                        + " (default %(default)s)")
+    p.add_argument("--trace", default="default",
+                   help="trace CSV (ours or a public format), or a shipped name: "
+                        + ", ".join(shipped.names("trace")) + " (default %(default)s)")
     p.add_argument("--format", choices=FORMATS, help="trace format (default: told from the header)")
-    p.add_argument("--skip-bad-rows", action="store_true")
+    p.add_argument("--skip-bad-rows", action="store_true",
+                   help="skip (and count) rows that do not parse instead of stopping at the first")
     p.add_argument("--jobs", type=int_in(1, MAX_TRACE_JOBS), help="replay only the first N jobs of the trace")
     p.add_argument("--backfill", action="store_true", help="let later jobs start when the head cannot")
     p.add_argument("--charge-overhead", action="store_true", help="add scheduling overhead to the start delay")
-    p.add_argument("--calibration")
+    p.add_argument("--calibration", help="calibration JSON from `emulator calibrate` (default: none, the "
+                                         "topology's figures as given)")
     p.add_argument("--calibration-any-topology", action="store_true",
                    help="apply --calibration although it records another topology than --topology")
     p.add_argument("--time-limit", type=time_limit_arg, default=10.0,
@@ -48,15 +59,18 @@ def _common(p: argparse.ArgumentParser) -> None:
 def add_simulate(sub) -> None:
     p = sub.add_parser("simulate", help="replay a trace with one planner")
     _common(p)
-    p.add_argument("--planner", default="spinsearch", choices=list(PLANNERS))
+    p.add_argument("--planner", default="spinsearch", choices=list(PLANNERS),
+                   help="placement strategy (default %(default)s)")
     p.set_defaults(func=cmd_simulate)
 
 
 def add_compare(sub) -> None:
     p = sub.add_parser("compare", help="replay a trace with several planners: the headline table")
     _common(p)
-    p.add_argument("--planners", type=name_list(PLANNERS, "planner"), default=list(PLANNERS),
-                   help=f"comma-separated, each once (default all: {','.join(PLANNERS)})")
+    p.add_argument("--planners", type=name_list(PLANNERS, "planner"), default=list(COMPARED),
+                   help=f"comma-separated, each once, from {', '.join(PLANNERS)} (default {','.join(COMPARED)}: "
+                        "joint-ilp, one MILP for placement and plan, runs to its time limit on most decisions: "
+                        "5 s median at 8 clusters in the planner benchmark)")
     p.set_defaults(func=cmd_compare)
 
 
@@ -97,7 +111,7 @@ def _note_rejected(name: str, records: list, args) -> None:
 
 
 def _resolved(args, planners: list[str]) -> dict:
-    return {"topology": args.topology, "trace": args.trace, "format": args.format, "jobs": args.jobs,
+    return {**provenance(), "topology": args.topology, "trace": args.trace, "format": args.format, "jobs": args.jobs,
             "planners": planners, "backfill": args.backfill, "charge_overhead": args.charge_overhead,
             "calibration": args.calibration, "time_limit_s": args.time_limit,
             "search_budget": args.search_budget, "seed": args.seed}

@@ -1,5 +1,6 @@
 """Packaging: the console command, --version, the planner without the emulator stack, shipped data by name."""
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -66,3 +67,19 @@ def test_the_readme_python_api_example_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     placement, avg_jct = proc.stdout.strip().splitlines()
     assert "s/iteration" in placement and float(avg_jct) > 0
+
+
+def test_every_simulate_config_says_what_produced_it(tmp_path):
+    proc = subprocess.run([str(CONSOLE), "simulate", "--topology", "default", "--trace", "default", "--jobs", "2",
+                           "--seed", "3", "--out", str(tmp_path / "out"), "--json"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["version"] == spiderflow.__version__ and config["seed"] == 3
+    assert config["argv"][1:] == ["simulate", "--topology", "default", "--trace", "default", "--jobs", "2",
+                                  "--seed", "3", "--out", str(tmp_path / "out"), "--json"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    if head.returncode == 0:  # a checkout (CI clones one); an unpacked source tree has no commit
+        assert config["git_commit"] == head.stdout.strip()
+    else:
+        assert config["git_commit"] is None

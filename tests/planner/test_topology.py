@@ -74,7 +74,7 @@ def test_loader_errors_name_file_field_value(write_yaml, edit, message):
 def test_yaml_syntax_and_missing_file(write_yaml, tmp_path):
     with pytest.raises(ConfigError, match=r"line 2: is not valid YAML"):
         load_topology(write_yaml("a: [1,\nb: }"))
-    with pytest.raises(ConfigError, match="cannot read topology file"):
+    with pytest.raises(ConfigError, match="no such topology file; give a path or a shipped name"):
         load_topology(tmp_path / "nope.yaml")
 
 
