@@ -11,6 +11,7 @@ shows the traceback instead. Ctrl-C exits 130, SIGTERM 143, after teardown.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -41,6 +42,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A path that is not UTF-8 (bytes kept as surrogates) must not turn a message into a traceback.
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         try:
             return _main(argv)

@@ -7,6 +7,7 @@ Known errors (``SpiderFlowError``) print one line and exit with their code
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -208,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A path that is not UTF-8 (bytes kept as surrogates) must not turn a message into a traceback.
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         try:
             return _main(argv)

@@ -128,7 +128,8 @@ def load_yaml(text: str, source: str) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark else ""
-        raise ConfigError(f"{source}:{where} is not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        problem = str(getattr(exc, "problem", None) or exc).strip().splitlines()[0]  # one line, always
+        raise ConfigError(f"{source}:{where} is not valid YAML ({problem})") from None
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply; flatten the file") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts

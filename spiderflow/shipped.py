@@ -28,14 +28,23 @@ def names(kind: str) -> list[str]:
     return sorted(p.stem for p in (DATA / folder).glob(f"*{suffix}"))
 
 
+def exists(path: str | Path) -> bool:
+    """``Path.exists`` that says False where the OS refuses the name (too long, ...) instead of raising;
+    the loader that reads it then names the problem in one line."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def find(text: str | Path, kind: str) -> str | Path:
     """What ``text`` names (see the module docstring); ``text`` itself when it names nothing shipped."""
     path = Path(text)
-    if path.exists() or path.is_absolute():
+    if exists(path) or path.is_absolute():
         return text
     folder, suffix = KINDS[kind]
-    if len(path.parts) == 1 and not path.suffix and (DATA / folder / f"{path.name}{suffix}").is_file():
+    if len(path.parts) == 1 and not path.suffix and exists(DATA / folder / f"{path.name}{suffix}"):
         return str(DATA / folder / f"{path.name}{suffix}")
-    if len(path.parts) == 2 and path.parts[0] == folder and (DATA / folder / path.name).is_file():
+    if len(path.parts) == 2 and path.parts[0] == folder and exists(DATA / folder / path.name):
         return str(DATA / folder / path.name)
     return text

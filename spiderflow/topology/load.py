@@ -103,7 +103,7 @@ def load_topology(path: str | FsPath, *, routing: str | None = None) -> Topology
     overrides the file's routing rule."""
     if isinstance(path, (str, FsPath)) and "\x00" not in str(path):
         path = shipped.find(path, "topology")
-        if not FsPath(path).exists():
+        if not shipped.exists(path):
             raise ConfigError(f"{path}: no such topology file; give a path or a shipped name "
                               f"({', '.join(shipped.names('topology'))})")
     source = str(path)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spiderflow.errors import ConfigError
-from spiderflow.traces.common import (MAX_INSTANCES, MAX_PLAN_GPU_PERCENT, MAX_TIME_S, RowError, RowSink,
+from spiderflow.traces.common import (MAX_GPUS, MAX_INSTANCES, MAX_PLAN_GPU_PERCENT, MAX_TIME_S, RowError, RowSink,
                                       TraceLoad, check_duration, csv_rows, float_field, named, read_text, shown)
 from spiderflow.traces.mapping import MappingOptions, PublicJob
 from spiderflow.traces.public import finish
@@ -98,6 +98,11 @@ def read_tasks(path: Path, sink: RowSink) -> dict[str, _Tasks]:
             plan_gpu = float_field(row, "plan_gpu", optional=True, maximum=MAX_PLAN_GPU_PERCENT) or 0.0
             start = float_field(row, "start_time", optional=True, maximum=MAX_TIME_S)
             end = float_field(row, "end_time", optional=True, maximum=MAX_TIME_S)
+            held = (jobs[name].gpus if name in jobs else 0.0) + inst * plan_gpu / 100.0  # type: ignore[operator]
+            if held > MAX_GPUS:
+                raise RowError("plan_gpu", f"inst_num x plan_gpu / 100 brings job {shown(name)} to {held:,.0f} "
+                               f"GPUs, past the {MAX_GPUS:,} a job may have (got inst_num={row['inst_num']}, "
+                               f"plan_gpu={row['plan_gpu']})")
             if start is not None and end is not None:
                 if end < start:
                     raise RowError("end_time", f"must not precede start_time={row['start_time']} "

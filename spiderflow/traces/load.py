@@ -41,7 +41,7 @@ def load_trace(path: str | Path, *, format: str | None = None, skip_bad_rows: bo
     path = shipped.find(path, "trace")
     source = str(path)
     if format is None:
-        if not Path(path).exists():
+        if not shipped.exists(path):
             raise ConfigError(f"{source}: no such trace file; give a path or a shipped name "
                               f"({', '.join(shipped.names('trace'))})")
         format = sniff_format(path, source=source)

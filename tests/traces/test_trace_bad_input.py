@@ -123,12 +123,15 @@ def test_bad_numbers(tmp_path, fmt, values, field):
 
 
 def test_alibaba2020_values_at_the_bounds_stay_finite(tmp_path):
-    """Two tasks of one job at the largest allowed inst_num x plan_gpu: a finite sum, clamped GPUs."""
+    """inst_num and plan_gpu each at their largest allowed value: 10^8 GPUs for one job is past the
+    2^20 GPUs a job may have (as in every other format), so the row is bad, not clamped to 512."""
     rows = [csv_row("alibaba-v2020", "big", inst_num="1000000", plan_gpu="10000", task_name=f"t{i}")
-            for i in range(2)]
+            for i in range(2)] + [csv_row("alibaba-v2020", "ok", inst_num="2", plan_gpu="100")]
     (tmp_path / "pai_task_table.csv").write_text("\n".join(rows) + "\n")
-    load = load_trace(tmp_path / "pai_task_table.csv", format="alibaba-v2020")
-    assert [(j.job_id, j.gpus) for j in load.jobs] == [("big", 512)]
+    with pytest.raises(ConfigError, match=r"pai_task_table.csv:1: plan_gpu .* 100,000,000 GPUs, past the 1,048,576"):
+        load_trace(tmp_path / "pai_task_table.csv", format="alibaba-v2020")
+    load = load_trace(tmp_path / "pai_task_table.csv", format="alibaba-v2020", skip_bad_rows=True)
+    assert [j.job_id for j in load.jobs] == ["ok"] and load.skipped == 2
 
 
 # --- CSV shape: a field over 128 KiB, too few or too many fields ---
