@@ -13,11 +13,14 @@ from spiderflow.costmodel.calibration import (NO_CALIBRATION, AlphaBeta, Calibra
                                               load_calibration)
 from spiderflow.costmodel.memory import StageMemory, stage_memory
 from spiderflow.costmodel.network import GBPS, Channel, MatrixView, TopologyView
-from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, simulate_1f1b
+from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, floor_1f1b, simulate_1f1b
 from spiderflow.costmodel.stages import StageCost
-from spiderflow.costmodel.work import PlanWork, RankWork, plan_work, stage_costs, stage_syncs
+from spiderflow.costmodel.work import (PlanWork, RankWork, plan_work, price, replica_work, stage_costs,
+                                       stage_syncs)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
+
+FLOOR_SAFETY = 1e-9  # relative margin for float rounding between a bound's sums and the schedule's
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,32 @@ def estimate(plan: Plan, view: TopologyView) -> float:
                for r in _distinct_replicas(plan))
 
 
+def replica_works(plan: Plan, view: TopologyView) -> list[list[RankWork]]:
+    """The work items of each distinct replica of ``plan``. They depend on the view's topology and
+    calibration only, not on its link load or bandwidths, so a caller that re-prices one plan
+    under changing bandwidths (the simulator) builds them once."""
+    syncs = _syncs(plan, view)
+    return [replica_work(plan, view, r, syncs) for r in _distinct_replicas(plan)]
+
+
+def estimate_works(works: list[list[RankWork]], micro_batches: int, view: TopologyView) -> float:
+    """``estimate`` of the plan whose :func:`replica_works` these are, on ``view``."""
+    return max(estimate_1f1b(price(items, view), micro_batches) for items in works)
+
+
+def schedule_bounds(plan: Plan, view: TopologyView) -> tuple[float, float]:
+    """(at least ``predict``'s ``compute_s``, at most its ``iteration_s``) without running the
+    schedule: O(S) per distinct replica (:func:`~spiderflow.costmodel.schedule.floor_1f1b`)."""
+    syncs = _syncs(plan, view)
+    m = plan.micro_batches
+    compute = floor = 0.0
+    for r in _distinct_replicas(plan):
+        costs = stage_costs(plan, view, replica=r, syncs=syncs)
+        compute = max(compute, max(c.forward_s + c.backward_s for c in costs) * m)
+        floor = max(floor, floor_1f1b(costs, m))
+    return compute, floor * (1 - FLOOR_SAFETY)
+
+
 def _syncs(plan: Plan, view: TopologyView) -> list[tuple]:
     return stage_syncs(plan, view)
 
@@ -103,4 +132,4 @@ def fits_memory(plan: Plan, view: TopologyView) -> bool:
 
 __all__ = ["AlphaBeta", "Calibration", "Channel", "GBPS", "MatrixView", "NO_CALIBRATION", "PlanWork", "Prediction",
            "RankWork", "StageMemory", "Timeline", "TopologyView", "estimate", "fits_memory", "load_calibration",
-           "plan_work", "predict"]
+           "estimate_works", "plan_work", "predict", "replica_works", "schedule_bounds"]

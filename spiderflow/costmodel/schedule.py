@@ -29,7 +29,10 @@ stages without communication; an estimate otherwise (tests bound the gap).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from functools import lru_cache
+from operator import truediv
 
 from spiderflow.costmodel.stages import StageCost
 
@@ -41,6 +44,11 @@ class Timeline:
     ops: tuple[tuple[tuple[str, int, float, float], ...], ...]
     pipeline_s: float  # last backward end
     iteration_s: float  # last sync end
+
+
+@lru_cache(maxsize=512)
+def _order(stage: int, stages: int, micro_batches: int) -> tuple[tuple[str, int], ...]:
+    return tuple(one_f_one_b_order(stage, stages, micro_batches))
 
 
 def one_f_one_b_order(stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
@@ -58,7 +66,7 @@ def one_f_one_b_order(stage: int, stages: int, micro_batches: int) -> list[tuple
 
 def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
     S, m = len(costs), micro_batches
-    orders = [one_f_one_b_order(i, S, m) for i in range(S)]
+    orders = [_order(i, S, m) for i in range(S)]
     fwd = [c.forward_s for c in costs]
     bwd = [c.backward_s for c in costs]
     send_f = [c.send_forward_s for c in costs]
@@ -76,38 +84,55 @@ def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
     ops: list[list[tuple[str, int, float, float]]] = [[] for _ in range(S)]
     remaining = sum(len(o) for o in orders)
     last = S - 1
+    # Sweeps alternate direction: forward passes carry activations down the pipeline, backward
+    # passes carry gradients up it (a one-way sweep moves a gradient one stage per pass). Every
+    # operation's time is fixed by its inputs, so the visiting order does not change the result.
+    down, up = range(S), range(S - 1, -1, -1)
+    sweep = 0
     while remaining:
         progressed = False
-        for i in range(S):
-            order, p, t_free, out = orders[i], pos[i], free[i], ops[i]
-            while p < len(order):
+        sweep += 1
+        for i in (down if sweep % 2 else up):
+            order, p = orders[i], pos[i]
+            n = len(order)
+            if p == n:
+                continue
+            # stage i alone writes its row of f_end, its free time and its two outgoing channels
+            t_free, out, first = free[i], ops[i], p
+            fr, fe, br = f_ready[i], f_end[i], b_ready[i]
+            fr_next = f_ready[i + 1] if i < last else None
+            br_prev = b_ready[i - 1] if i > 0 else None
+            fw, bw, sf, lf, sb, lb = fwd[i], bwd[i], send_f[i], lat_f[i], send_b[i], lat_b[i]
+            cf, cb = chan_f[i], chan_b[i]
+            while p < n:
                 kind, k = order[p]
                 if kind == "F":
-                    ready = f_ready[i][k]
+                    ready = fr[k]
                     if ready is None:
                         break
                     start = t_free if t_free > ready else ready
-                    t_free = start + fwd[i]
-                    f_end[i][k] = t_free
-                    if i < last:
-                        t0 = t_free if t_free > chan_f[i] else chan_f[i]
-                        chan_f[i] = t0 + send_f[i] - lat_f[i]
-                        f_ready[i + 1][k] = t0 + send_f[i]
+                    t_free = start + fw
+                    fe[k] = t_free
+                    if fr_next is not None:
+                        t0 = t_free if t_free > cf else cf
+                        cf = t0 + sf - lf
+                        fr_next[k] = t0 + sf
                 else:
-                    ready = f_end[i][k] if i == last else b_ready[i][k]
+                    ready = fe[k] if i == last else br[k]
                     if ready is None:
                         break
                     start = t_free if t_free > ready else ready
-                    t_free = start + bwd[i]
-                    if i > 0:
-                        t0 = t_free if t_free > chan_b[i] else chan_b[i]
-                        chan_b[i] = t0 + send_b[i] - lat_b[i]
-                        b_ready[i - 1][k] = t0 + send_b[i]
+                    t_free = start + bw
+                    if br_prev is not None:
+                        t0 = t_free if t_free > cb else cb
+                        cb = t0 + sb - lb
+                        br_prev[k] = t0 + sb
                 out.append((kind, k, start, t_free))
                 p += 1
-                remaining -= 1
+            if p != first:
+                remaining -= p - first
                 progressed = True
-            pos[i], free[i] = p, t_free
+            pos[i], free[i], chan_f[i], chan_b[i] = p, t_free, cf, cb
         if not progressed:  # pragma: no cover - the 1F1B order is deadlock-free
             raise RuntimeError("1F1B schedule deadlocked")
     pipeline = max(free)
@@ -138,14 +163,47 @@ def estimate_1f1b(costs: list[StageCost], micro_batches: int) -> float:
     S = len(costs)
     period = max(max(w, c.send_forward_s - c.send_forward_latency_s, c.send_backward_s - c.send_backward_latency_s)
                  for w, c in zip(work, costs))
+    # RT_ij = sum_{i<=k<=j} (F_k + B_k) + both-way sends between them, summed left to right
+    step = [0.0] + [work[j] + (costs[j - 1].send_forward_s + costs[j].send_backward_s) for j in range(1, S)]
     for i in range(S):
-        round_trip = 0.0
-        for j in range(i, S):  # RT_ij = sum_{i<=k<=j} (F_k + B_k) + both-way sends between them
-            round_trip += work[j] + (costs[j - 1].send_forward_s + costs[j].send_backward_s if j > i else 0.0)
-            period = max(period, round_trip / min(j - i + 1, m))
+        round_trips = itertools.accumulate(step[i + 1:], initial=work[i])
+        if m >= S - i:
+            period = max(period, max(map(truediv, round_trips, range(1, S - i + 1))))
+        else:
+            period = max(period, max(rt / min(k, m) for k, rt in enumerate(round_trips, 1)))
     p2p = sum(c.send_forward_s for c in costs)
     pipeline = (m - 1) * period + sum(work) + 2 * p2p
     # Stage i is ready to sync when the cool-down reaches it: the stages before it still
     # have their last backward to run.
-    ready = [pipeline - sum(c2.backward_s for c2 in costs[:i]) for i in range(S)]
+    ready = [pipeline - before for before in itertools.accumulate((c.backward_s for c in costs[:-1]), initial=0)]
     return max([pipeline, *sync_ends(costs, ready)])
+
+
+def floor_1f1b(costs: list[StageCost], micro_batches: int) -> float:
+    """A lower bound on :func:`simulate_1f1b`'s pipeline time, in O(S).
+
+    Every stage runs its m forwards and m backwards one after another, after micro-batch 0's
+    forwards on the stages before it and before micro-batch m-1's backwards on them. Every
+    boundary's channel carries m transfers one after another (``n / beta`` each; the last also
+    waits its latency), after micro-batch 0's forwards up to it (forward channel) or the last
+    stage's (backward channel), and before the work the last micro-batch still has downstream.
+    """
+    m, S = micro_batches, len(costs)
+    fwd = [c.forward_s for c in costs]
+    bwd = [c.backward_s for c in costs]
+    all_f, b_after = sum(fwd), sum(bwd)  # b_after: backwards of stage i and those after it
+    best = 0.0
+    f_before = b_before = 0.0  # sums over the stages before i
+    for i, c in enumerate(costs):
+        best = max(best, f_before + b_before + m * (fwd[i] + bwd[i]))
+        if i + 1 < S:  # forward channel i -> i+1, then F(m-1) on i+1 and B(m-1) from i+1 down to 0
+            occupied = c.send_forward_s - c.send_forward_latency_s
+            best = max(best, f_before + fwd[i] + m * occupied + c.send_forward_latency_s
+                       + fwd[i + 1] + bwd[i + 1] + bwd[i] + b_before)
+        if i > 0:  # backward channel i -> i-1, after B(0) on i; then B(m-1) from i-1 down to 0
+            occupied = c.send_backward_s - c.send_backward_latency_s
+            best = max(best, all_f + b_after + m * occupied + c.send_backward_latency_s + b_before)
+        f_before += fwd[i]
+        b_before += bwd[i]
+        b_after -= bwd[i]
+    return best

@@ -19,20 +19,25 @@ best ``EXACT_CHECKS`` are re-ranked with the exact 1F1B ``predict``. The
 winner is set beside its intra-cluster refinement (:func:`finalize`, the
 ILP of :mod:`spiderflow.parallel.intra_ilp`: per cluster, TP / PP and the
 layer split under memory), and the faster under the exact schedule is kept.
-Cost: O(shapes x 4 x S) estimates; shapes are capped by
-``MAX_ENUMERATED_SEGMENTS``.
+Cost: O(shapes x 4 x S) estimates at most; shapes are capped by
+``MAX_ENUMERATED_SEGMENTS``. In practice a handful: candidates are taken in
+order of an admissible floor under their estimate and the search stops when
+the floor passes the best found (:mod:`spiderflow.parallel.bounds`), which
+returns exactly the plan scoring every candidate would.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict
+from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict, schedule_bounds
 from spiderflow.errors import InfeasiblePlan
+from spiderflow.parallel.bounds import QuickBound, ShapeBound, memory_variant
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
 from spiderflow.parallel.shapes import Shape, enumerate_shapes
 from spiderflow.plan import Plan, Stage
@@ -87,13 +92,15 @@ def _build(job: Job, shape: Shape, counts: list[int], b: int, m: int, *, zero1: 
                 zero1=zero1, recompute=recompute)
 
 
-def _fit(job: Job, shape: Shape, b: int, m: int, view: TopologyView) -> Plan | None:
-    counts = split_layers(job.spec.layers, _stage_speeds(shape, view))
-    for zero1, recompute in ((False, False), (True, False), (True, True)):
-        plan = _build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
-        if fits_memory(plan, view):
-            return plan
-    return None
+def _fit(job: Job, shape: Shape, b: int, m: int, view: TopologyView,
+         counts: list[int] | None = None) -> Plan | None:
+    """The shape's plan with the first memory levers under which it fits (None if none do)."""
+    counts = split_layers(job.spec.layers, _stage_speeds(shape, view)) if counts is None else counts
+    variant = memory_variant(job, shape, counts, b, m, view)
+    if variant is None:
+        return None
+    zero1, recompute = variant
+    return _build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
 
 
 def micro_batchings(job: Job, data_parallel: int) -> list[tuple[int, int]]:
@@ -118,27 +125,65 @@ def _memo_key(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView,
 
 
 def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, *,
-                   intra_ilp: bool = True, exact_checks: int = EXACT_CHECKS) -> Plan:
+                   intra_ilp: bool = True, exact_checks: int = EXACT_CHECKS,
+                   beat: float = math.inf) -> Plan | None:
     """The fastest plan TPA finds for ``segments`` (ordered (cluster, gpus)); InfeasiblePlan if none fits.
 
     Memoised (LRU, ``MEMO_SIZE`` entries) on the job's shape, the chain and the network figures
     among its clusters, so a trace's recurring job shapes are planned once per network state.
+    ``beat`` (with ``exact_checks=1`` and no ILP): the caller only wants a plan whose estimate is
+    below it; the search skips every candidate whose floor is not, and returns None when no plan
+    beats it (else the same plan as without ``beat``).
     """
+    if beat < math.inf and (intra_ilp or exact_checks != 1):
+        raise ValueError("beat needs exact_checks=1 and intra_ilp=False")
     key = _memo_key(job, segments, view, (intra_ilp, exact_checks))
     hit = _MEMO.get(key)
     if hit is not None:
         _MEMO.move_to_end(key)
         if isinstance(hit, InfeasiblePlan):
             raise InfeasiblePlan(str(hit).replace(hit.job_id, job.job_id, 1)) from None
-        return replace(hit, job=job)
+        plan = replace(hit[0], job=job)
+        if hit[1] is not None:
+            view._memo[("estimate", plan)] = hit[1]
+        return plan
     try:
-        plan = _plan_placement(job, segments, view, intra_ilp=intra_ilp, exact_checks=exact_checks)
+        plan = _plan_placement(job, segments, view, intra_ilp=intra_ilp, exact_checks=exact_checks, beat=beat)
     except InfeasiblePlan as exc:
         exc.job_id = job.job_id
         _remember(key, exc)
         raise
-    _remember(key, plan)
+    if plan is not None:
+        _remember(key, (plan, view._memo.get(("estimate", plan))))
     return plan
+
+
+def plan_estimate(plan: Plan, view: TopologyView) -> float:
+    """``estimate(plan, view)``, free for the plan ``plan_placement(..., exact_checks=1,
+    intra_ilp=False)`` just returned on this view (it scored it already)."""
+    known = view._memo.get(("estimate", plan))
+    return estimate(plan, view) if known is None else known
+
+
+def finalize_memo(job: Job, segments: Sequence[tuple[str, int]], plan: Plan, view: TopologyView) -> Plan:
+    """:func:`finalize` of ``plan_placement(job, segments, view, intra_ilp=False, ...)``'s plan,
+    memoised with its exact prediction (when finalize made one) under the same key as
+    ``plan_placement`` (both depend on the view only through the network figures among
+    ``segments``' clusters); a hit puts the prediction in the view's memo, so predicting the plan
+    again costs nothing."""
+    key = _memo_key(job, segments, view, ("finalize", plan.micro_batch_size, plan.micro_batches, plan.dp,
+                                          tuple((s.cluster, s.layer_start, s.tp) for r in plan.replicas for s in r),
+                                          plan.zero1, plan.recompute))
+    hit = _MEMO.get(key)
+    if hit is not None:
+        _MEMO.move_to_end(key)
+        final = replace(hit[0], job=job)
+        if hit[1] is not None:
+            view._memo[("predict", final, True)] = hit[1]
+        return final
+    final = finalize(plan, view)
+    _remember(key, (final, view._memo.get(("predict", final, True))))
+    return final
 
 
 def _remember(key: tuple, value) -> None:
@@ -148,19 +193,52 @@ def _remember(key: tuple, value) -> None:
 
 
 def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, *,
-                    intra_ilp: bool, exact_checks: int) -> Plan:
-    scored: list[tuple[float, int, Plan]] = []
-    tie = itertools.count()
+                    intra_ilp: bool, exact_checks: int, beat: float = math.inf) -> Plan | None:
+    # Every (shape, micro-batching) candidate with a floor under its estimate, taken best floor
+    # first: once the floor passes the k-th best estimate found, no later candidate can enter the
+    # best k (the floors are admissible: :mod:`spiderflow.parallel.bounds`). A candidate starts with
+    # the shape's quick floor and is put back with the tighter one before it is fitted and
+    # estimated. The enumeration index breaks ties, so the finalists are exactly those of scoring
+    # every candidate.
+    k = max(1, exact_checks)
+    heap: list[tuple[float, int, int, Shape, int, int]] = []
     shapes = 0
     for shape in enumerate_shapes(segments, view.topology, job.spec):
         shapes += 1
         options = micro_batchings(job, len(shape.replicas) * shape.dp)
         if shape.depth == 1:  # one stage: no bubble, compute linear in b -> every b takes the same time
             options = options[:1]
+        quick = QuickBound(job, shape, view)
         for b, m in options:
-            plan = _fit(job, shape, b, m, view)
-            if plan is not None:
-                scored.append((estimate(plan, view), next(tie), plan))
+            heap.append((quick.bound(b, m), len(heap), 0, shape, b, m))
+    heapq.heapify(heap)
+    splits: dict[Shape, tuple[list[int], ShapeBound]] = {}
+    scored: list[tuple[float, int, Plan]] = []  # max-heap of the best k: (-estimate, -index, plan)
+    cut = False
+    while heap:
+        bound, index, tight, shape, b, m = heapq.heappop(heap)
+        if bound >= beat:
+            cut = True
+            break
+        if len(scored) == k and bound > -scored[0][0]:
+            break
+        if shape not in splits:
+            counts = split_layers(job.spec.layers, _stage_speeds(shape, view))
+            splits[shape] = counts, ShapeBound(job, shape, counts, view)
+        counts, floor = splits[shape]
+        if not tight:
+            heapq.heappush(heap, (max(bound, floor.bound(b, m)), index, 1, shape, b, m))
+            continue
+        plan = _fit(job, shape, b, m, view, counts)
+        if plan is None:
+            continue
+        item = (-estimate(plan, view), -index, plan)
+        if len(scored) < k:
+            heapq.heappush(scored, item)
+        elif item[:2] > scored[0][:2]:
+            heapq.heapreplace(scored, item)
+    if cut and (not scored or -scored[0][0] >= beat):
+        return None  # nothing beats ``beat``: every candidate left has a floor at or above it
     if not scored:
         where = ", ".join(f"{c}:{g}" for c, g in segments)
         if not shapes:
@@ -169,8 +247,10 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
                                  f"{job.spec.heads} heads)")
         raise InfeasiblePlan(f"{job.job_id}: {job.model} does not fit in GPU memory on {where} "
                              f"even with ZeRO-1 and recomputation; it needs more GPUs or larger ones")
-    finalists = [p for _, _, p in heapq.nsmallest(max(1, exact_checks), scored)]
+    finalists = [p for _, _, p in sorted(scored, key=lambda x: (-x[0], -x[1]))]
     best = finalists[0] if len(finalists) == 1 else min(finalists, key=lambda p: predict(p, view).iteration_s)
+    if len(finalists) == 1 and not intra_ilp:
+        view._memo[("estimate", best)] = -scored[0][0]
     return finalize(best, view) if intra_ilp else best
 
 
@@ -180,11 +260,20 @@ def finalize(plan: Plan, view: TopologyView) -> Plan:
     The ILP balances stage compute under memory, so it is only asked where compute is at least
     ``ILP_COMPUTE_SHARE`` of the iteration; on WAN-bound plans it cannot pay for its ~30 ms solve.
     """
+    if len(plan.replicas) > 1:
+        return plan  # refine_intra keeps replicas' shared layer boundaries: nothing to refine
+    # Bounds first (O(S)): they settle most plans without simulating the schedule, and give the
+    # same answer as the exact figures would.
+    compute_cap, floor = schedule_bounds(plan, view)
+    if compute_cap < ILP_COMPUTE_SHARE * floor:  # compute_s <= cap, iteration_s >= floor
+        return plan
     base = predict(plan, view)
     if base.compute_s < ILP_COMPUTE_SHARE * base.iteration_s:
         return plan
     refined = refine_intra(plan, view)
-    if refined is not None and predict(refined, view).iteration_s < base.iteration_s:
+    if refined is None or schedule_bounds(refined, view)[1] >= base.iteration_s:
+        return plan
+    if predict(refined, view).iteration_s < base.iteration_s:
         return refined
     return plan
 
@@ -203,13 +292,18 @@ def refine_intra(plan: Plan, view: TopologyView) -> Plan | None:
     for block in blocks:
         cluster = view.topology.cluster(block[0].cluster)
         prof = cluster.profile
+        layers = block[-1].layer_end - block[0].layer_start
+        after = plan.depth - before - len(block)
+        # Fields the ILP cannot tell apart are normalised, so its memo serves more plans: a stage
+        # holds min(S - i, m) micro-batches with S <= before + layers + after, and ZeRO-1's group
+        # size matters only with ZeRO-1.
         problem = IntraProblem(
             model=plan.job.model, gpu=prof.name, gpus_per_node=cluster.gpus_per_node,
             nvlink_gbps=cluster.intra_node_bandwidth_gbps, gpus=sum(s.tp for s in block) * plan.dp,
-            dp=plan.dp, dp_total=plan.data_parallel, layers=block[-1].layer_end - block[0].layer_start,
+            dp=plan.dp, dp_total=plan.data_parallel if plan.zero1 else 1, layers=layers,
             first=block[0].layer_start == 0, last=block[-1].layer_end == plan.job.spec.layers,
-            stages_before=before, stages_after=plan.depth - before - len(block),
-            micro_batch_size=plan.micro_batch_size, micro_batches=plan.micro_batches,
+            stages_before=before, stages_after=after, micro_batch_size=plan.micro_batch_size,
+            micro_batches=min(plan.micro_batches, before + layers + after),
             seq_len=plan.job.seq_len, recompute=plan.recompute, zero1=plan.zero1,
             efficiency=view.calibration.gpu_efficiency.get(prof.name, prof.efficiency))
         sol = solve_intra(problem)

@@ -29,11 +29,14 @@ DEFAULT_PLANNER = "spinsearch"
 class PlannerResult:
     planner: str
     placement: Placement
-    prediction: Prediction  # on the full-knowledge view, current load included
+    prediction: Prediction | None  # on the full-knowledge view, current load included (None: not judged)
     overhead_s: float  # wall time of placement + planning
 
 
-def run_planner(name: str, req: PlacementRequest) -> PlannerResult:
+def run_planner(name: str, req: PlacementRequest, *, judge: bool = True) -> PlannerResult:
+    """Place and plan ``req`` with planner ``name``, timed; with ``judge``, also predict the plan
+    exactly on the full-knowledge view (outside the timing). The simulator, which re-prices plans
+    itself, passes ``judge=False``."""
     try:
         strategy = PLANNERS[name]
     except KeyError:
@@ -43,7 +46,8 @@ def run_planner(name: str, req: PlacementRequest) -> PlannerResult:
     overhead = time.perf_counter() - t0
     # Judged on the full-knowledge view, whatever the strategy saw (memoised: SpinSearch's
     # winner was already simulated on this very view, so this costs it nothing).
-    return PlannerResult(name, placement, predict(placement.plan, req.topology_view()), overhead)
+    prediction = predict(placement.plan, req.topology_view()) if judge else None
+    return PlannerResult(name, placement, prediction, overhead)
 
 
 __all__ = ["DEFAULT_PLANNER", "PLANNERS", "Placement", "PlacementRequest", "PlannerResult", "run_planner"]

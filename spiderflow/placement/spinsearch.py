@@ -28,7 +28,9 @@ share and the load running jobs put on each link (``req.topology_view()``).
    plans the ``TPA_CANDIDATES`` best and the leader reversed (ranking its shapes by the closed-form
    estimate, within 2% of the exact schedule), the estimate picks the winner,
    and TPA's intra-cluster ILP refines its clusters (kept if the exact
-   schedule finds it faster).
+   schedule finds it faster). After the first finalist, TPA is only asked
+   for a plan that beats the best estimate so far, so it skips every shape
+   whose floor under the estimate does not (same winner, a fraction of the work).
 
 Complexity: O(s * k * d) path look-ups for s seeds, sets of k clusters and
 degree d (routes come from Dijkstra per source, cached in the Topology across
@@ -41,10 +43,10 @@ from __future__ import annotations
 import itertools
 import math
 
-from spiderflow.costmodel import TopologyView, estimate
+from spiderflow.costmodel import TopologyView
 from spiderflow.costmodel.network import Channel
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.parallel.tpa import finalize, plan_placement
+from spiderflow.parallel.tpa import finalize_memo, plan_estimate, plan_placement
 from spiderflow.placement.base import Placement, PlacementRequest
 from spiderflow.workload import GRAD_BYTES_PER_PARAM, Job
 
@@ -96,6 +98,8 @@ def _grow(req: PlacementRequest, seed: str, view: TopologyView, rule: str) -> li
     need, topo = req.job.gpus, req.topology
     chosen, have = [seed], req.free_gpus[seed]
     allowed = set(req.candidates)
+    # per cluster: the widest (then nearest) channel from the set to it, over the first n chosen
+    reach: dict[str, tuple[tuple[float, float], int]] = {}
     while have < need:
         frontier = {n for c in chosen for n, _ in topo.neighbours(c)} & allowed - set(chosen)
         if not frontier:
@@ -104,8 +108,13 @@ def _grow(req: PlacementRequest, seed: str, view: TopologyView, rule: str) -> li
             break
 
         def attach(c: str) -> tuple:
-            best = max((view.p2p(m, c) for m in chosen), key=lambda ch: (ch.bytes_per_s, -ch.alpha_s))
-            return _attach_key(rule, best.bytes_per_s, best.alpha_s, req.free_gpus[c], need - have, c)
+            best, seen = reach.get(c, ((-math.inf, 0.0), 0))
+            for m in chosen[seen:]:  # only the clusters chosen since c was last looked at
+                ch = view.p2p(m, c)
+                if (ch.bytes_per_s, -ch.alpha_s) > best:
+                    best = (ch.bytes_per_s, -ch.alpha_s)
+            reach[c] = best, len(chosen)
+            return _attach_key(rule, best[0], -best[1], req.free_gpus[c], need - have, c)
 
         nxt = max(sorted(frontier), key=attach)
         chosen.append(nxt)
@@ -144,21 +153,27 @@ def _order(names: list[str], view: TopologyView) -> list[str]:
     """Chain maximising the thinnest boundary, then minimising summed latency."""
     if len(names) <= 2:
         return sorted(names)
+    # (bandwidth, -latency) of every ordered pair, looked up once
+    link = {(a, b): (ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
+            for ch in (view.p2p(a, b),)}
 
     def key(chain) -> tuple:
-        chans = [view.p2p(a, b) for a, b in zip(chain, chain[1:])]
-        return (min(ch.bytes_per_s for ch in chans), -sum(ch.alpha_s for ch in chans))
+        hops = [link[a, b] for a, b in zip(chain, chain[1:])]
+        return (min(bw for bw, _ in hops), sum(neg for _, neg in hops))
 
     if len(names) <= EXHAUSTIVE_ORDER:
         return list(max((p for p in itertools.permutations(sorted(names)) if p[0] < p[-1]), key=key))
+    # Greedy widest-neighbour chains from every start. Each cluster's neighbours in preference
+    # order (widest, then nearest, then by name): the next hop is the first one not yet chained.
+    prefs = {a: sorted((b for b in names if b != a), key=lambda b: (-link[a, b][0], -link[a, b][1], b))
+             for a in names}
     chains = []
     for start in sorted(names):
-        chain, rest = [start], set(names) - {start}
-        while rest:
-            nxt = max(sorted(rest), key=lambda c: (view.p2p(chain[-1], c).bytes_per_s,
-                                                   -view.p2p(chain[-1], c).alpha_s))
+        chain, used = [start], {start}
+        while len(chain) < len(names):
+            nxt = next(c for c in prefs[chain[-1]] if c not in used)
             chain.append(nxt)
-            rest.discard(nxt)
+            used.add(nxt)
         chains.append(chain)
     return max(chains, key=key)
 
@@ -181,7 +196,10 @@ def place(req: PlacementRequest) -> Placement:
                        if sum(req.free_gpus[c] for c in s) >= job.gpus]
     for grown in grown_sets:
         for counts in _count_variants(req, grown) if grown else ():
-            order = _order(list(counts), view)
+            names = frozenset(counts)  # the order depends on the set alone: once per set and view
+            order = view._memo.get(("order", names))
+            if order is None:
+                order = view._memo[("order", names)] = _order(list(counts), view)
             chains.setdefault(tuple((c, counts[c]) for c in order), [(c, counts[c]) for c in order])
     if not chains:
         raise InfeasiblePlan(f"{job.job_id}: no connected set of clusters has {job.gpus} free GPUs")
@@ -192,11 +210,14 @@ def place(req: PlacementRequest) -> Placement:
         finalists.append(ranked[0][::-1])
     for chain in finalists:
         try:
-            plan = plan_placement(job, chain, view, intra_ilp=False, exact_checks=1)
+            # only a plan faster than the best so far matters: TPA skips shapes that cannot be
+            plan = plan_placement(job, chain, view, intra_ilp=False, exact_checks=1, beat=best_t)
         except InfeasiblePlan as exc:
             errors.append(str(exc))
             continue
-        t = estimate(plan, view)  # within 2% of the exact schedule; the winner is simulated once
+        if plan is None:
+            continue
+        t = plan_estimate(plan, view)  # within 2% of the exact schedule; the winner is simulated once
         if t < best_t:
             best, best_t = (chain, plan), t
     if best is None:
@@ -209,5 +230,5 @@ def place(req: PlacementRequest) -> Placement:
     if best is None:
         raise InfeasiblePlan(errors[0])
     chain, plan = best
-    return Placement(segments=tuple(chain), plan=finalize(plan, view),
+    return Placement(segments=tuple(chain), plan=finalize_memo(job, chain, plan, view),
                      detail={"candidates": len(chains), "proxy_ranked": [c for c, _ in ranked[0]]})

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from spiderflow.costmodel import NO_CALIBRATION, Calibration, TopologyView, estimate
+from spiderflow.costmodel import NO_CALIBRATION, Calibration, TopologyView, estimate_works, replica_works
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import PlacementRequest, run_planner
 from spiderflow.plan import Plan
@@ -54,6 +54,8 @@ class JobRecord:
     routes: list = field(default_factory=list)
     shares: tuple = ()
     shared_iteration_s: float | None = None
+    shared_estimates: dict = field(default_factory=dict, repr=False)  # shares -> iteration_s
+    works: list = field(default_factory=list, repr=False)  # the plan's work items (replica_works)
     reason: str = ""
 
     @property
@@ -86,6 +88,7 @@ class Simulation:
         self.running: list[JobRecord] = []
         self.events: EventQueue[tuple[int, JobRecord]] = EventQueue()
         self.capacity = {l.key: l.bandwidth_gbps for l in topology.links}
+        self.flows_changed = False  # a job with WAN flows started or ended since the last reshare
 
     def run(self) -> list[JobRecord]:
         for rec in self.records:
@@ -115,6 +118,8 @@ class Simulation:
     def _finish(self, rec: JobRecord, now: float) -> None:
         rec.status, rec.end_s, rec.remaining = "done", now, 0.0
         self.running.remove(rec)
+        self.flows_changed |= bool(rec.routes)
+        rec.works, rec.shared_estimates = [], {}  # only needed while it runs
         for c, g in rec.placement.items():
             self.free[c] += g
         if self.progress:
@@ -141,7 +146,7 @@ class Simulation:
                                search_budget=self.cfg.search_budget)
         t0 = time.perf_counter()
         try:
-            res = run_planner(self.cfg.planner, req)
+            res = run_planner(self.cfg.planner, req, judge=False)  # only the plan and its time are used
         except InfeasiblePlan as exc:
             rec.overhead_s += time.perf_counter() - t0
             if all(self.free[c.name] == c.total_gpus for c in self.topo.clusters):
@@ -156,7 +161,10 @@ class Simulation:
         rec.start_s = now + (rec.overhead_s if self.cfg.charge_overhead else 0.0)
         rec.remaining = float(job.iterations)
         rec.routes = plan_routes(plan, self.topo)
-        rec.alone_iteration_s = estimate(plan, TopologyView(topology=self.topo, calibration=self.cfg.calibration))
+        self.flows_changed |= bool(rec.routes)
+        alone = TopologyView(topology=self.topo, calibration=self.cfg.calibration)
+        rec.works = replica_works(plan, alone)  # fixed for the job's run; re-priced as its shares move
+        rec.alone_iteration_s = estimate_works(rec.works, plan.micro_batches, alone)
         rec.iteration_s = None
         rec.updated_s = rec.start_s
         self.running.append(rec)
@@ -181,6 +189,14 @@ class Simulation:
         return started
 
     def _reshare(self, now: float) -> None:
+        if not self.flows_changed:
+            # Only jobs without WAN flows came or went: every running job's shares, hence its
+            # iteration time, are what they were; only the newly started ones need their completion.
+            for rec in self.running:
+                if rec.token is None:  # started now, and without flows (else flows changed)
+                    self._set_iteration(rec, rec.alone_iteration_s, now)
+            return
+        self.flows_changed = False
         flows = {(id(rec), i): route for rec in self.running for i, route in enumerate(rec.routes)}
         rates = max_min_fair_share(self.capacity, flows) if flows else {}
         total: Counter = Counter()
@@ -197,20 +213,28 @@ class Simulation:
                             for key in own[id(rec)]}
                 shares = tuple(sorted(per_link.items()))
                 if shares != rec.shares:  # re-estimate only when this job's shares moved
-                    view = TopologyView(topology=self.topo, calibration=self.cfg.calibration,
-                                        link_gbps=dict(per_link))
-                    rec.shares, rec.shared_iteration_s = shares, estimate(rec.plan, view)
+                    known = rec.shared_estimates.get(shares)  # shares seen before: same estimate
+                    if known is None:
+                        view = TopologyView(topology=self.topo, calibration=self.cfg.calibration,
+                                            link_gbps=dict(per_link))
+                        known = rec.shared_estimates[shares] = estimate_works(rec.works, rec.plan.micro_batches,
+                                                                             view)
+                    rec.shares, rec.shared_iteration_s = shares, known
                 iteration = rec.shared_iteration_s
             else:
                 iteration = rec.alone_iteration_s
-            if iteration == rec.iteration_s and rec.token is not None:
-                continue
-            if rec.token is not None:
-                self.events.cancel(rec.token)
-            rec.updated_s = max(rec.updated_s, now)
-            rec.iteration_s = iteration
-            rec.token = self.events.push(rec.updated_s + rec.remaining * iteration, (COMPLETION, rec),
-                                         priority=COMPLETION)
+            self._set_iteration(rec, iteration, now)
+
+    def _set_iteration(self, rec: JobRecord, iteration: float, now: float) -> None:
+        """Move ``rec``'s completion to match ``iteration`` (seconds per iteration from now on)."""
+        if iteration == rec.iteration_s and rec.token is not None:
+            return
+        if rec.token is not None:
+            self.events.cancel(rec.token)
+        rec.updated_s = max(rec.updated_s, now)
+        rec.iteration_s = iteration
+        rec.token = self.events.push(rec.updated_s + rec.remaining * iteration, (COMPLETION, rec),
+                                     priority=COMPLETION)
 
 
 def simulate(topology: Topology, jobs: Sequence[Job], config: SimConfig,

@@ -1,0 +1,316 @@
+"""Cheap per-shape figures that let TPA skip shapes without changing its answer.
+
+TPA scores every (shape, micro-batching) candidate with the cost model's
+closed-form ``estimate`` after choosing its memory levers. Two things here
+make that search cheaper while keeping its result identical:
+
+- **Memory arithmetically** (:func:`memory_variant`): which of TPA's memory
+  levers (none, ZeRO-1, ZeRO-1 + recomputation) is the first to fit, from the
+  layer split alone, with exactly :func:`~spiderflow.costmodel.memory.stage_memory`'s
+  arithmetic (same operations in the same order, so the same floats and the
+  same verdicts) but no ``Plan`` built per variant.
+- **An admissible lower bound** (:class:`ShapeBound`): a floor under
+  ``estimate`` of the shape with micro-batch size ``b`` and ``m`` micro-batches,
+  whatever memory lever it ends up needing. With candidates taken in order of
+  their bound, TPA stops once the bound exceeds the k-th best estimate found:
+  no skipped candidate could have entered the best k.
+
+Why the bound is a floor under ``estimate`` (:mod:`spiderflow.costmodel.schedule`):
+``estimate = max(pipeline, sync ends)`` per distinct replica, with
+``pipeline = (m - 1) * period + sum(work) + 2 * sum(p2p)``. The bound uses each
+stage's work without recomputation (recomputation only adds a forward; ZeRO-1
+changes memory, not time), the exact p2p and sync times (they do not depend on
+the memory levers), and for ``period`` only the single-stage and adjacent-pair
+terms of estimate's maximum. Each term is at most estimate's, and estimate is
+non-decreasing in every one of them; a stage's sync-ready time
+``pipeline - sum(backward before it)`` is too, since ``pipeline`` grows by at
+least the sum of all stages' extra work. A ring's inter-cluster phases run one
+after the other, so its last one ends no earlier than the earliest start plus
+their sum. Cost: O(S) per candidate, against ``estimate``'s O(S^2) plus the
+plan and work items it builds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from spiderflow.costmodel.memory import GB, USABLE_FRACTION
+from spiderflow.costmodel.network import Channel, TopologyView
+from spiderflow.costmodel.stages import ring_allreduce_s, wan_sync_s
+from spiderflow.parallel.shapes import Shape
+from spiderflow.workload import (GRAD_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
+                                 WEIGHT_BYTES_PER_PARAM, Job)
+
+# the levers TPA tries in turn when a stage does not fit: (zero1, recompute)
+MEMORY_VARIANTS = ((False, False), (True, False), (True, True))
+SAFETY = 1e-9  # relative margin for float rounding between the bound's sums and estimate's
+
+
+def _stage_params(layers: int, first: bool, last: bool, spec) -> int:
+    """:func:`~spiderflow.costmodel.stages.stage_params` from the layer range's ends."""
+    params = layers * spec.layer_params
+    if first:
+        params += spec.embedding_params
+    if last and (not first or not spec.tied_embeddings):
+        params += spec.embedding_params
+    return params
+
+
+def memory_variant(job: Job, shape: Shape, counts: list[int], b: int, m: int,
+                   view: TopologyView) -> tuple[bool, bool] | None:
+    """The first of ``MEMORY_VARIANTS`` under which every stage fits; None if none does.
+
+    Mirrors ``stage_memory``'s arithmetic term by term (tested to agree with ``fits_memory``)."""
+    spec, topo = job.spec, view.topology
+    S = len(counts)
+    dp_group = shape.dp * len(shape.replicas)
+    seen: set = set()
+    stages = []  # (tp, params, layers, i, last, have_gb), one per distinct (stage, tp, memory)
+    for rep in shape.replicas:
+        i = 0
+        for cluster, tp, pp in rep:
+            have = topo.cluster(cluster).profile.memory_gb * USABLE_FRACTION
+            for _ in range(pp):
+                key = (i, tp, have)
+                if key not in seen:
+                    seen.add(key)
+                    first, last = i == 0, i == S - 1
+                    stages.append((tp, _stage_params(counts[i], first, last, spec), counts[i], i, last, have))
+                i += 1
+    for zero1, recompute in MEMORY_VARIANTS:
+        opt = OPTIMIZER_BYTES_PER_PARAM / (dp_group if zero1 else 1)
+        ok = True
+        for tp, params_int, layers, i, last, have in stages:
+            params = params_int / tp
+            static = params * (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM + opt)
+            in_flight = min(S - i, m)
+            layer_act = spec.layer_activation_bytes(b, job.seq_len, tp=tp, recompute=recompute)
+            act = in_flight * layers * layer_act
+            if recompute:
+                act += spec.layer_activation_bytes(b, job.seq_len, tp=tp, recompute=False)
+            if last:
+                act += b * job.seq_len * spec.vocab * 2 / tp
+            if not (static + act) / GB <= have:
+                ok = False
+                break
+        if ok:
+            return zero1, recompute
+    return None
+
+
+def _segment(job: Job, cluster: str, tp: int, view: TopologyView) -> tuple[float, float]:
+    """(FLOP/s of a stage with ``tp`` GPUs of ``cluster``, its TP all-reduce seconds per layer and
+    per pass for one sequence), as :func:`~spiderflow.costmodel.stages.stage_compute_s` prices
+    them; memoised on the view."""
+    key = ("segment", job.model, job.seq_len, cluster, tp)
+    hit = view._memo.get(key)
+    if hit is None:
+        c = view.topology.cluster(cluster)
+        prof = c.profile
+        speed = prof.peak_tflops * 1e12 * view.calibration.gpu_efficiency.get(prof.name, prof.efficiency) * tp
+        tp_s = 0.0
+        if tp > 1:
+            nvlink = Channel(0.0, c.intra_node_bandwidth_gbps * 1e9 / 8)
+            tp_s = 2 * ring_allreduce_s(job.spec.boundary_bytes(1, job.seq_len), tp, nvlink)
+        hit = view._memo[key] = (speed, tp_s)
+    return hit
+
+
+@dataclass(frozen=True)
+class _Replica:
+    work: tuple[float, ...]  # per stage, F + B without recomputation, per sequence of micro-batch
+    bwd: tuple[float, ...]  # B without recomputation, per sequence
+    # per stage: (alpha_s, bytes per sequence / beta) forward to the next and backward to the previous
+    send_f: tuple[tuple[float, float], ...]
+    send_b: tuple[tuple[float, float], ...]
+    sync_s: tuple[float, ...]  # intra-cluster sync, seconds
+    wan: tuple[tuple[float, tuple[str, ...]], ...]  # inter-cluster sync seconds and its ring
+
+
+class ShapeBound:
+    """Lower bounds on ``estimate`` for one shape and layer split, for any (b, m)."""
+
+    def __init__(self, job: Job, shape: Shape, counts: list[int], view: TopologyView) -> None:
+        spec, s = job.spec, job.seq_len
+        topo = view.topology
+        S = len(counts)
+        # per replica: (cluster, tp) of each stage
+        layouts = [[(cluster, tp) for cluster, tp, pp in rep for _ in range(pp)] for rep in shape.replicas]
+        params = [_stage_params(n, i == 0, i == S - 1, spec) for i, n in enumerate(counts)]
+        # Gradient syncs, as stage_syncs / intra_sync_s / wan_sync_s price them (they do not depend on
+        # b, m or the memory levers): per stage, its replicas' clusters and replica 0's tp.
+        sync_s, wan = [], []
+        for i in range(S):
+            at = [lay[i][0] for lay in layouts]
+            clusters = tuple(dict.fromkeys(at))
+            tp = layouts[0][i][1]
+            nbytes = params[i] / tp * GRAD_BYTES_PER_PARAM
+            intra = 0.0
+            for c in clusters:
+                g = shape.dp * at.count(c)
+                spans = g * tp > topo.cluster(c).gpus_per_node
+                intra = max(intra, ring_allreduce_s(nbytes, g, view.intra(c, spans_nodes=spans)))
+            sync_s.append(intra)
+            wan.append((wan_sync_s(float(params[i] * GRAD_BYTES_PER_PARAM), clusters, view), tuple(sorted(clusters)))
+                       if len(clusters) > 1 else (0.0, ()))
+        lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
+        group = spec.boundary_bytes(1, s)
+        self.replicas: list[_Replica] = []
+        seen: set = set()
+        for rep, layout in zip(shape.replicas, layouts):
+            if rep in seen:
+                continue
+            seen.add(rep)
+            per_cluster = {(cluster, tp): _segment(job, cluster, tp, view) for cluster, tp, _ in rep}
+            work, bwd, send_f, send_b = [], [], [], []
+            for i, (cluster, tp) in enumerate(layout):
+                speed, tp_s = per_cluster[cluster, tp]
+                fwd = (counts[i] * lf + (hf if i == S - 1 else 0.0)) / speed
+                work.append(3 * fwd + 2 * counts[i] * tp_s)
+                bwd.append(2 * fwd + counts[i] * tp_s)
+                send_f.append(self._send(view, cluster, layout[i + 1][0], group, shape.dp)
+                              if i + 1 < S else (0.0, 0.0))
+                send_b.append(self._send(view, cluster, layout[i - 1][0], group, shape.dp)
+                              if i > 0 else (0.0, 0.0))
+            self.replicas.append(_Replica(tuple(work), tuple(bwd), tuple(send_f), tuple(send_b),
+                                          tuple(sync_s), tuple(wan)))
+
+    @staticmethod
+    def _send(view: TopologyView, a: str, b: str, group: int, dp: int) -> tuple[float, float]:
+        chan = view.p2p(a, b)
+        nbytes = group if a == b else dp * group
+        return chan.alpha_s, nbytes / chan.bytes_per_s
+
+    def bound(self, b: int, m: int) -> float:
+        """A floor under ``estimate`` of this shape's plan with micro-batches of ``b``, ``m`` of them."""
+        return max(self._replica_bound(r, b, m) for r in self.replicas) * (1 - SAFETY)
+
+    @staticmethod
+    def _replica_bound(r: _Replica, b: int, m: int) -> float:
+        work = [b * w for w in r.work]
+        sf = [a + b * t for a, t in r.send_f]
+        sb = [a + b * t for a, t in r.send_b]
+        period = max(max(w, b * f[1], b * k[1]) for w, f, k in zip(work, r.send_f, r.send_b))
+        if m >= 2:
+            for j in range(len(work) - 1):  # estimate's window over stages j..j+1
+                period = max(period, (work[j] + work[j + 1] + sf[j] + sb[j + 1]) / 2)
+        pipeline = (m - 1) * period + sum(work) + 2 * sum(sf)
+        best = pipeline
+        ring_start: dict[tuple[str, ...], float] = {}
+        ring_sum: dict[tuple[str, ...], float] = {}
+        before = 0.0
+        for i, (w_bwd, sync, (wan, ring)) in enumerate(zip(r.bwd, r.sync_s, r.wan)):
+            t = pipeline - before + sync
+            before += b * w_bwd
+            if wan > 0:
+                ring_start[ring] = min(ring_start.get(ring, t), t)
+                ring_sum[ring] = ring_sum.get(ring, 0.0) + wan
+            elif t > best:
+                best = t
+        for ring, start in ring_start.items():
+            best = max(best, start + ring_sum[ring])
+        return best
+
+
+class QuickBound:
+    """A coarser floor under ``estimate`` from the shape alone, before any layer split: the layer
+    split that minimises the compute terms, the exact p2p, and each ring's inter-cluster syncs
+    (the whole model's gradient where one ring serves every stage, a layer per stage otherwise),
+    which start no earlier than the last stage's sync-ready time ``pipeline - sum(backward of
+    the stages before it)`` >= ``(m - 1) * period + 2 * sum(p2p)``. O(segments x replicas)."""
+
+    def __init__(self, job: Job, shape: Shape, view: TopologyView) -> None:
+        spec, s = job.spec, job.seq_len
+        lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
+        group = spec.boundary_bytes(1, s)
+        L = spec.layers
+        self.replicas: list[tuple[float, float, float, float, float]] = []
+        seen: set = set()
+        for rep in shape.replicas:
+            if rep in seen:
+                continue
+            seen.add(rep)
+            per_layer, inverse = math.inf, 0.0  # cheapest layer; sum over stages of 1 / layer cost
+            alpha_sum = bytes_sum = widest = back_alpha = back_bytes = 0.0
+            last_speed = 0.0
+            costs = []
+            for cluster, tp, _ in rep:
+                speed, tp_s = _segment(job, cluster, tp, view)
+                costs.append((speed, 3 * lf / speed + 2 * tp_s))
+            windows = []  # across each WAN boundary, estimate's window over its two stages (>= 1 layer each)
+            for j, (cluster, tp, pp) in enumerate(rep):
+                speed, cost = costs[j]
+                per_layer = min(per_layer, cost)
+                inverse += pp / cost
+                last_speed = speed
+                if pp > 1:  # boundaries between this segment's own stages
+                    chan = view.p2p(cluster, cluster)
+                    alpha_sum += (pp - 1) * chan.alpha_s
+                    bytes_sum += (pp - 1) * group / chan.bytes_per_s
+                    back_alpha += (pp - 1) * chan.alpha_s
+                    back_bytes += (pp - 1) * group / chan.bytes_per_s
+                    widest = max(widest, group / chan.bytes_per_s)
+                if j + 1 < len(rep):  # the WAN boundary to the next segment
+                    chan = view.p2p(cluster, rep[j + 1][0])
+                    back = view.p2p(rep[j + 1][0], cluster)
+                    alpha_sum += chan.alpha_s
+                    bytes_sum += shape.dp * group / chan.bytes_per_s
+                    widest = max(widest, shape.dp * group / chan.bytes_per_s)
+                    back_alpha += back.alpha_s
+                    back_bytes += shape.dp * group / back.bytes_per_s
+                    windows.append((chan.alpha_s + back.alpha_s,
+                                    shape.dp * group / chan.bytes_per_s + shape.dp * group / back.bytes_per_s
+                                    + cost + costs[j + 1][1], 2))
+            work = L * per_layer + 3 * hf / last_speed
+            depth = sum(pp for _, _, pp in rep)
+            # the window over every stage: all compute and every transfer both ways, / min(S, m)
+            windows.append((alpha_sum + back_alpha, work + bytes_sum + back_bytes, depth))
+            self.replicas.append((work, L / inverse, widest, alpha_sum, bytes_sum, tuple(windows)))
+        self.ring_s = self._rings(job, shape, view) if len(shape.replicas) > 1 else 0.0
+
+    @staticmethod
+    def _rings(job: Job, shape: Shape, view: TopologyView) -> float:
+        """The longest ring's inter-cluster sync seconds, at least."""
+        spec = job.spec
+        cuts = sorted({x for rep in shape.replicas for x in itertools.accumulate(pp for _, _, pp in rep)})
+        intervals = []  # (stages, clusters in order of first appearance) between cuts
+        start = 0
+        for end in cuts:
+            clusters = []
+            for rep in shape.replicas:
+                at = 0
+                for cluster, _, pp in rep:
+                    if at <= start < at + pp:
+                        clusters.append(cluster)
+                        break
+                    at += pp
+            intervals.append((end - start, tuple(dict.fromkeys(clusters))))
+            start = end
+        depth = shape.depth
+        total = spec.layers * spec.layer_params + spec.embedding_params \
+            + (spec.embedding_params if depth > 1 or not spec.tied_embeddings else 0)
+        whole = len({cl for _, cl in intervals}) == 1
+        per_ring: dict[tuple[str, ...], float] = {}
+        for stages, clusters in intervals:
+            n = len(clusters)
+            if n <= 1:
+                continue
+            grads = (total if whole else stages * spec.layer_params) * GRAD_BYTES_PER_PARAM
+            ring = view.ring(clusters)
+            t = stages * 2 * (n - 1) * ring.alpha_s + 2 * (n - 1) / n * grads / ring.bytes_per_s
+            key = tuple(sorted(clusters))
+            per_ring[key] = per_ring.get(key, 0.0) + t
+        return max(per_ring.values(), default=0.0)
+
+    def bound(self, b: int, m: int) -> float:
+        best = 0.0
+        for work, busiest, widest, alpha_sum, bytes_sum, windows in self.replicas:
+            period = b * max(busiest, widest)
+            if m >= 2:
+                for alpha, slope, stages in windows:
+                    period = max(period, (alpha + b * slope) / min(stages, m))
+            fill = (m - 1) * period + 2 * (alpha_sum + b * bytes_sum)
+            best = max(best, fill + b * work, fill + self.ring_s)
+        return best * (1 - SAFETY)

@@ -1,0 +1,126 @@
+"""TPA's shortcuts keep its answer: the floors are under every estimate, the arithmetic memory
+check agrees with ``fits_memory``, the pruned search returns what scoring every shape returns, the
+schedule's floor is under the exact schedule, and ``finalize`` decides as it did with exact figures."""
+
+import heapq
+import itertools
+import random
+
+import pytest
+
+from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict
+from spiderflow.costmodel.schedule import floor_1f1b, simulate_1f1b
+from spiderflow.costmodel.stages import StageCost
+from spiderflow.errors import InfeasiblePlan
+from spiderflow.parallel import tpa
+from spiderflow.parallel.bounds import MEMORY_VARIANTS, QuickBound, ShapeBound, memory_variant
+from spiderflow.parallel.shapes import enumerate_shapes
+from spiderflow.topology.generate import generate_topology
+from spiderflow.workload import Job
+
+MODELS = ("gpt3-1.3b", "gpt3-13b", "llama2-13b", "llama2-70b")
+
+
+def _cases(seed: int, n: int):
+    topo = generate_topology(12, seed)
+    rng = random.Random(seed)
+    load = {l.key: float(rng.randint(1, 3)) for l in topo.links if rng.random() < 0.4}
+    view = TopologyView(topology=topo, link_load=load)
+    names = [c.name for c in topo.clusters]
+    for i in range(n):
+        k = rng.choice((1, 2, 2, 3, 4))
+        chain = [(c, rng.choice((8, 16, 32, 48, 64))) for c in rng.sample(names, k)]
+        job = Job(job_id=f"j{i}", arrival_s=0.0, model=rng.choice(MODELS), gpus=sum(g for _, g in chain),
+                  iterations=1, global_batch=rng.choice((96, 256, 512)), seq_len=rng.choice((1024, 2048)))
+        yield job, chain, view
+
+
+def _score_all(job, chain, view, k):
+    """The search before pruning: every candidate fitted (levers tried in turn) and estimated."""
+    scored, tie = [], itertools.count()
+    for shape in enumerate_shapes(chain, view.topology, job.spec):
+        options = tpa.micro_batchings(job, len(shape.replicas) * shape.dp)
+        for b, m in options[:1] if shape.depth == 1 else options:
+            counts = tpa.split_layers(job.spec.layers, tpa._stage_speeds(shape, view))
+            for zero1, recompute in MEMORY_VARIANTS:
+                plan = tpa._build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
+                if fits_memory(plan, view):
+                    scored.append((estimate(plan, view), next(tie), plan))
+                    break
+    return [p for _, _, p in heapq.nsmallest(k, scored)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_floor_is_under_every_estimate_and_memory_matches(seed):
+    checked = 0
+    for job, chain, view in _cases(seed, 12):
+        for shape in enumerate_shapes(chain, view.topology, job.spec):
+            counts = tpa.split_layers(job.spec.layers, tpa._stage_speeds(shape, view))
+            floor, quick = ShapeBound(job, shape, counts, view), QuickBound(job, shape, view)
+            for b, m in tpa.micro_batchings(job, len(shape.replicas) * shape.dp):
+                first = None
+                for zero1, recompute in MEMORY_VARIANTS:
+                    plan = tpa._build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
+                    est = estimate(plan, view)
+                    assert quick.bound(b, m) <= est
+                    assert floor.bound(b, m) <= est
+                    if first is None and fits_memory(plan, view):
+                        first = (zero1, recompute)
+                    checked += 1
+                assert memory_variant(job, shape, counts, b, m, view) == first
+    assert checked > 300
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_pruned_search_returns_the_unpruned_finalists(k, monkeypatch):
+    monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
+    for job, chain, view in _cases(5, 15):
+        try:
+            got = tpa._plan_placement(job, chain, view, intra_ilp=False, exact_checks=k)
+        except InfeasiblePlan:
+            assert not _score_all(job, chain, view, k)
+            continue
+        want = _score_all(job, chain, view, k)
+        best = want[0] if len(want) == 1 else min(want, key=lambda p: tpa.predict(p, view).iteration_s)
+        assert got == best
+
+
+def test_schedule_floor_is_under_the_exact_schedule():
+    rng = random.Random(3)
+    for _ in range(300):
+        S, m = rng.randint(1, 12), rng.choice((1, 2, 3, 8, 40))
+        costs = [StageCost(rng.random(), 2 * rng.random(), rng.random() * rng.choice((0, 0.1, 3)),
+                           rng.random() * rng.choice((0, 0.1, 3)), rng.random(), 0.0,
+                           send_forward_latency_s=0.01, send_backward_latency_s=0.02) for _ in range(S)]
+        assert floor_1f1b(costs, m) <= simulate_1f1b(costs, m).pipeline_s * (1 + 1e-12)
+
+
+def _finalize_exact(plan, view):
+    """``finalize`` as it was before its bounds: exact figures only."""
+    base = predict(plan, view)
+    if base.compute_s < tpa.ILP_COMPUTE_SHARE * base.iteration_s:
+        return plan
+    refined = tpa.refine_intra(plan, view)
+    if refined is not None and predict(refined, view).iteration_s < base.iteration_s:
+        return refined
+    return plan
+
+
+def test_finalize_decides_as_with_exact_figures(monkeypatch):
+    monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
+    refined = 0
+    cases = list(_cases(7, 10))
+    topo = cases[0][2].topology
+    for i, c in enumerate(topo.clusters[:6]):  # one cluster each: compute-bound, where the ILP is asked
+        job = Job(job_id=f"one{i}", arrival_s=0.0, model=MODELS[i % len(MODELS)], gpus=c.total_gpus,
+                  iterations=1, global_batch=256, seq_len=2048)
+        cases.append((job, [(c.name, c.total_gpus)], TopologyView(topology=topo)))
+    for job, chain, view in cases:
+        try:
+            plan = tpa.plan_placement(job, chain, view, intra_ilp=False, exact_checks=1)
+        except InfeasiblePlan:
+            continue
+        want = _finalize_exact(plan, TopologyView(topology=view.topology, link_load=view.link_load))
+        assert tpa.finalize(plan, view) == want
+        refined += want != plan
+    assert refined  # the cases include plans the ILP improves
