@@ -11,12 +11,11 @@ shows the traceback instead. Ctrl-C exits 130, SIGTERM 143, after teardown.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import sys
 
 from spiderflow import __version__
-from spiderflow.cliutil import OneLineParser, closed_stdout_exit
+from spiderflow.cliutil import OneLineParser, run_main
 from spiderflow.errors import SpiderFlowError
 
 SUBCOMMANDS = {
@@ -42,16 +41,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # A path that is not UTF-8 (bytes kept as surrogates) must not turn a message into a traceback.
-    with contextlib.suppress(AttributeError, ValueError):
-        sys.stdout.reconfigure(errors="backslashreplace")
-    try:
-        try:
-            return _main(argv)
-        finally:  # also after --help (SystemExit): a closed stdout is caught here, not at interpreter exit
-            sys.stdout.flush()
-    except BrokenPipeError as exc:  # `... --json | head -1`; the network is torn down by then
-        return closed_stdout_exit(exc)
+    return run_main(_main, argv)  # a closed stdout is seen after _main, once the network is torn down
 
 
 def _main(argv: list[str] | None) -> int:

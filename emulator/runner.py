@@ -152,6 +152,12 @@ class JobRun:
     iterations_done: int = 0
     startup_wall_s: float | None = None  # specs handed over -> the job's first op, wall seconds
 
+    def collect_exits(self) -> None:
+        """Record the exit status of every rank that has ended since the last look."""
+        for r in self.ranks:
+            if r.exit is None:
+                r.exit = r.proc.poll()
+
     @property
     def measured_s(self) -> float | None:
         return statistics.median(self.iteration_s) if self.iteration_s else None
@@ -349,9 +355,7 @@ class Runner:
     # ------------------------------------------------------------------ progress and end
     def _poll(self, j: JobRun) -> bool:
         """True when the job ended (ok or failed) in this poll."""
-        for r in j.ranks:
-            if r.exit is None:
-                r.exit = r.proc.poll()
+        j.collect_exits()
         bad = [r for r in j.ranks if r.exit not in (None, 0)]
         timed_out = self.now() - j.start_s > self.cfg.job_timeout_s  # both real-equivalent
         flooded = next((r for r in j.ranks if r.log_bytes() > RANK_LOG_CAP_BYTES), None)
@@ -397,9 +401,7 @@ class Runner:
         rank order."""
         deadline = time.monotonic() + SETTLE_S
         while True:
-            for r in j.ranks:
-                if r.exit is None:
-                    r.exit = r.proc.poll()
+            j.collect_exits()
             if all(r.exit is not None for r in j.ranks) or time.monotonic() >= deadline:
                 return [r for r in j.ranks if r.exit not in (None, 0)]
             time.sleep(0.05)
@@ -461,9 +463,7 @@ class Runner:
             live = [r for r in live if r.proc.poll() is None]
             if not live:
                 break
-        for r in j.ranks:
-            if r.exit is None:
-                r.exit = r.proc.poll()
+        j.collect_exits()
 
     def _predict_shared(self, j: JobRun) -> None:
         """The prediction with the link load of every job that overlapped this one (an upper bound

@@ -7,12 +7,11 @@ Known errors (``SpiderFlowError``) print one line and exit with their code
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from pathlib import Path
 
 from spiderflow import __version__, shipped
-from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, closed_stdout_exit, dumps, int_in,
+from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, dumps, int_in, run_main,
                                 int_list, name_list, output_dir, output_file, seed_arg, time_limit_arg)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
@@ -209,16 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # A path that is not UTF-8 (bytes kept as surrogates) must not turn a message into a traceback.
-    with contextlib.suppress(AttributeError, ValueError):
-        sys.stdout.reconfigure(errors="backslashreplace")
-    try:
-        try:
-            return _main(argv)
-        finally:  # also after --help (SystemExit): a closed stdout is caught here, not at interpreter exit
-            sys.stdout.flush()
-    except BrokenPipeError as exc:  # `... --json | head -1`
-        return closed_stdout_exit(exc)
+    return run_main(_main, argv)
 
 
 def _main(argv: list[str] | None) -> int:

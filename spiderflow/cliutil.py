@@ -10,11 +10,13 @@
   like 1e300 overflow as soon as they are multiplied), not limits of the model.
 - :func:`dumps`: JSON without NaN/Infinity (a non-finite number becomes null).
 - :func:`closed_stdout_exit`: ``... --json | head -1`` ends quietly.
+- :func:`run_main`: the top of both CLIs' ``main`` (the two above, and paths that are not UTF-8).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -223,3 +225,17 @@ def closed_stdout_exit(exc: BrokenPipeError) -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     return 1
+
+
+def run_main(body: Callable[[list[str] | None], int], argv: list[str] | None) -> int:
+    """``body(argv)`` as a CLI's ``main`` runs it: a path that is not UTF-8 (bytes kept as surrogates)
+    is printed escaped instead of raising, and a closed stdout ends quietly (:func:`closed_stdout_exit`)."""
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(errors="backslashreplace")
+    try:
+        try:
+            return body(argv)
+        finally:  # also after --help (SystemExit): a closed stdout is caught here, not at interpreter exit
+            sys.stdout.flush()
+    except BrokenPipeError as exc:  # `... --json | head -1`
+        return closed_stdout_exit(exc)
