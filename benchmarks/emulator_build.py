@@ -25,10 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from emulator.capability import require_root  # noqa: E402
-from emulator.measure import measure_throughputs, targets  # noqa: E402
-from emulator.network import Emulation  # noqa: E402
-from emulator.plan import NetConfig  # noqa: E402
+from emulator.net.capability import require_root  # noqa: E402
+from emulator.net.measure import measure_throughputs, targets  # noqa: E402
+from emulator.net.emulation import Emulation  # noqa: E402
+from emulator.net.layout import NetConfig  # noqa: E402
 from spiderflow.topology import load_topology, parse_topology  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

@@ -8,7 +8,7 @@
    two-rank jobs (world size 2, the two ranks in two clusters, 1 iteration of
    1 micro-batch, 1 ms compute) handed over at once, 20 ranks. Cold: each
    rank is ``emu.popen(host, ["nice", "-n", "10", python, "-m",
-   "emulator.worker", SPEC])``, as the runner starts ranks today; pool:
+   "emulator.jobs.worker", SPEC])``, as the runner starts ranks today; pool:
    ``RankPool.start(..., ns_pid=<host shell>, nice=10)``. A job's start-up is
    the earliest ``start`` line's ``mono`` of its ranks (written after the
    job's first barrier) minus the ``time.monotonic()`` just before its first
@@ -25,7 +25,7 @@
 Run: ``sudo .venv/bin/python benchmarks/rank_startup.py [--repeat 3]``.
 
 Since this was measured, ``Emulation`` itself binds that local resolver in
-every host (``emulator/network.py``, ``_local_resolver``), so a run of this
+every host (``emulator/net/emulation.py``, ``_local_resolver``), so a run of this
 script today has it in all three modes (the third stacks a second bind mount
 and removes only its own): the committed results, measured before, are the
 ones that show the 5 s stalls.
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import statistics
@@ -48,15 +47,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from emulator.capability import require_root  # noqa: E402
-from emulator.errors import EmulatorError  # noqa: E402
-from emulator.network import Emulation  # noqa: E402
-from emulator.plan import NetConfig  # noqa: E402
-from emulator.pool import DEFAULT_PRELOAD, RankPool  # noqa: E402
-from emulator.worker import STARTUP_NICE_ENV, RankSpec, rank_env  # noqa: E402
+from emulator.net.capability import require_root  # noqa: E402
+from spiderflow.errors import EmulatorError  # noqa: E402
+from emulator.net.emulation import Emulation  # noqa: E402
+from emulator.net.layout import NetConfig  # noqa: E402
+from emulator.jobs.pool import DEFAULT_PRELOAD, RankPool  # noqa: E402
+from emulator.jobs.ranklog import read_lines  # noqa: E402
+from emulator.jobs.worker import STARTUP_NICE_ENV, RankSpec, rank_env  # noqa: E402
 from spiderflow.topology import load_topology  # noqa: E402
 
-NICE = 10  # emulator.runner.STARTUP_NICE
+NICE = 10  # emulator.jobs.replay.STARTUP_NICE
 # two ranks per job, in two clusters (3 hosts each): direct links of 8-67 ms RTT, one two-hop path
 PAIRS = [("ohio", "virginia"), ("ohio", "virginia"), ("oregon", "ohio"), ("oregon", "virginia"),
          ("london", "paris"), ("london", "paris"), ("ireland", "london"), ("paris", "ireland"),
@@ -88,7 +88,7 @@ def bench_memory(tmp: Path, n: int = 4) -> dict:
         time.sleep(1.0)
         out["server"] = pss_kib(pool.pid)
         for key, module, argv in (("idle", "tests.emulator.pool_targets", lambda i: ["sleep", "60"]),
-                                  ("waiting", "emulator.worker",
+                                  ("waiting", "emulator.jobs.worker",
                                    lambda i: [str(spec(tmp, f"mem-pool{i}", 0, "127.0.0.1", 29400 + i, 60))])):
             procs = [pool.start(module=module, args=argv(i), env=env, log_path=str(tmp / "mem.log"), ns_pid=None)
                      for i in range(n)]
@@ -100,7 +100,7 @@ def bench_memory(tmp: Path, n: int = 4) -> dict:
             for p in procs:
                 p.kill()
                 p.wait(timeout=10)
-    procs = [subprocess.Popen([sys.executable, "-m", "emulator.worker",
+    procs = [subprocess.Popen([sys.executable, "-m", "emulator.jobs.worker",
                                str(spec(tmp, f"mem-cold{i}", 0, "127.0.0.1", 29450 + i, 60))],
                               env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for i in range(n)]
@@ -127,18 +127,17 @@ def launch(emu, pool, tmp: Path, tag: str, jobs: list[tuple], port: int) -> list
             if pool is None:
                 with open(log, "wb") as fh:
                     procs.append(emu.popen(host.name, ["nice", "-n", str(NICE), sys.executable, "-m",
-                                                       "emulator.worker", str(path)], env=env, role=f"{job}/r{rank}",
+                                                       "emulator.jobs.worker", str(path)], env=env, role=f"{job}/r{rank}",
                                            stdout=fh, stderr=subprocess.STDOUT, cwd=str(REPO)))
             else:
-                procs.append(pool.start(module="emulator.worker", args=[str(path)], env=env, log_path=str(log),
+                procs.append(pool.start(module="emulator.jobs.worker", args=[str(path)], env=env, log_path=str(log),
                                         ns_pid=emu.node(host.name).pid, nice=NICE, cwd=str(REPO),
                                         role=f"{job}/r{rank}"))
         started.append((job, hosts, t0, procs))
     rows = []
     for job, hosts, t0, procs in started:
         codes = [p.wait(timeout=180) for p in procs]
-        monos = [json.loads(line)["mono"] for r in range(2)
-                 for line in (tmp / f"{job}-r{r}.jsonl").read_text().splitlines()[:1]]
+        monos = [line["mono"] for r in range(2) for line in read_lines(tmp / f"{job}-r{r}.jsonl")[:1]]
         if codes != [0, 0] or len(monos) != 2:
             raise SystemExit(f"{job}: ranks exited {codes}; see {tmp}/{job}-r*.log")
         rows.append({"job": job, "path": f"{hosts[0].cluster}-{hosts[1].cluster}", "startup_s": min(monos) - t0})

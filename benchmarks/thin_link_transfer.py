@@ -27,13 +27,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from emulator.calibrate.bench import LARGE_BYTES, run_microbench  # noqa: E402
+from emulator.calibrate.opbench import LARGE_BYTES, run_microbench  # noqa: E402
 from emulator.calibrate.plans import PlanCase, run_case  # noqa: E402
-from emulator.capability import require_root  # noqa: E402
-from emulator.launch import emulated_view  # noqa: E402
-from emulator.network import Emulation  # noqa: E402
-from emulator.plan import NetConfig  # noqa: E402
-from emulator.runner import RunConfig, warm_tcp  # noqa: E402
+from emulator.net.capability import require_root  # noqa: E402
+from emulator.jobs.launch import emulated_view  # noqa: E402
+from emulator.net.emulation import Emulation  # noqa: E402
+from emulator.net.layout import NetConfig  # noqa: E402
+from emulator.jobs.replay import RunConfig, warm_tcp  # noqa: E402
 from spiderflow.costmodel.calibration import Calibration  # noqa: E402
 from spiderflow.topology import load_topology  # noqa: E402
 

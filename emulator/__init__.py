@@ -1,6 +1,6 @@
 """Root-only emulator: a Mininet network shaped like a topology, and tools on it.
 
-``emulator.network.Emulation`` builds and owns the network; ``python -m
+``emulator.net.emulation.Emulation`` builds and owns the network; ``python -m
 emulator`` is the command line (``check``, ``clean``). Nothing in
 ``spiderflow`` imports this package.
 """

@@ -20,9 +20,10 @@ from spiderflow.errors import SpiderFlowError
 
 SUBCOMMANDS = {
     "calibrate": "emulator.calibrate.command",
-    "check": "emulator.check",
-    "clean": "emulator.clean",
-    "report": "emulator.report",
+    "check": "emulator.net.check",
+    "clean": "emulator.net.clean",
+    "compare": "emulator.compare",
+    "report": "emulator.calibrate.report_command",
     "run": "emulator.run",
 }
 

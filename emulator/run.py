@@ -1,7 +1,7 @@
 """``sudo python -m emulator run``: replay a trace with real torch.distributed ranks on the emulated WAN.
 
-Builds the network (:class:`~emulator.network.Emulation`), replays the trace
-with :class:`~emulator.runner.Runner`, tears the network down, and compares
+Builds the network (:class:`~emulator.net.emulation.Emulation`), replays the trace
+with :class:`~emulator.jobs.replay.Runner`, tears the network down, and compares
 every job's measured iteration time with the cost model's prediction on the
 emulated network (see docs/emulator-run.md). Progress goes to stderr; the
 per-job table (or ``--json``) to stdout. Results are written to ``--out``:
@@ -22,17 +22,17 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from emulator.capability import require_root
-from emulator.check import add_network_arguments, network_config, resolve_topology
-from emulator.compute import COMPUTE_MODES
-from emulator.dilation import Choice, choose_dilation, measure_op_overhead_s
-from emulator.errors import EmulatorError
-from emulator.launch import emulated_view, predict_emulated
-from emulator.plan import NetConfig
-from emulator.pool import RankPool
-from emulator.runner import JobRun, RunConfig, Runner
-from emulator.state import StateStore
-from spiderflow.cliutil import dumps, float_in, int_in, output_dir
+from emulator.net.capability import require_root
+from emulator.net.check import add_network_arguments, network_config, resolve_topology
+from emulator.jobs.compute import COMPUTE_MODES
+from emulator.jobs.dilation import Choice, choose_dilation, measure_op_overhead_s
+from spiderflow.errors import EmulatorError
+from emulator.jobs.launch import emulated_view, predict_emulated
+from emulator.net.layout import NetConfig
+from emulator.jobs.pool import RankPool
+from emulator.jobs.replay import JobRun, RunConfig, Runner
+from emulator.net.state import StateStore
+from spiderflow.cliutil import add_scheduler_arguments, dumps, float_in, int_in, output_dir
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, plan_work
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import InfeasiblePlan
@@ -53,7 +53,7 @@ MAX_TIME_SCALE = 1e6
 MAX_JOB_TIMEOUT_S = 7 * 86_400.0
 CSV_FIELDS = ("job_id", "status", "placement", "plan", "ranks", "predicted_iteration_s", "startup_wall_s",
               "predicted_alone_iteration_s", "predicted_shared_iteration_s", "measured_iteration_s", "measured_min_s", "measured_max_s",
-              "measured_iterations", "error_pct", "jct_s", "queue_s", "reason")
+              "measured_iterations", "error_pct", "jct_s", "queue_s", "reason", "admission")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,11 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "so a pipeline transfer costs alpha + n / beta as the cost model assumes)")
     parser.add_argument("--cold-start", action="store_true",
                         help="start every rank as a new Python process that imports torch (default: fork it from "
-                             "a warm rank pool that imported torch once, emulator/pool.py)")
+                             "a warm rank pool that imported torch once, emulator/jobs/pool.py)")
     parser.add_argument("--calibration", default=None, metavar="FILE",
                         help="calibration JSON from `emulator calibrate`: the planner and the predictions use it")
     parser.add_argument("--calibration-any-topology", action="store_true",
                         help="apply --calibration although it records another topology than --topology")
+    add_scheduler_arguments(parser)
     parser.add_argument("--out", type=output_dir, default=None, help="output directory (default runs/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     add_network_arguments(parser)
@@ -95,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def auto_dilation(topo: Topology, jobs: list[Job], net: NetConfig, *, planner: str,
                   calibration: Calibration) -> Choice:
     """``--dilation auto`` for a trace: every job planned alone on the whole topology (what it will
-    run at best), sized by :func:`emulator.dilation.choose_dilation`."""
+    run at best), sized by :func:`emulator.jobs.dilation.choose_dilation`."""
     view = emulated_view(topo, net, calibration=calibration)
     sized = []
     for job in jobs:
@@ -142,7 +143,9 @@ def main(args: argparse.Namespace) -> int:
     net = network_config(args, choice.dilation)
     check_calibration_dilation(calibration, net.dilation)
     try:
-        cfg = RunConfig(planner=args.planner, iterations=args.iterations, warmup=args.warmup,
+        cfg = RunConfig(planner=args.planner, backfill=args.backfill, seed=args.seed, time_limit_s=args.time_limit,
+                        search_budget=args.search_budget, wait=args.wait, iterations=args.iterations,
+                        warmup=args.warmup,
                         time_scale=args.time_scale, job_timeout_s=args.job_timeout, net=net,
                         warm_tcp=not args.slow_start_after_idle, compute=args.compute,
                         calibration=calibration)
@@ -154,6 +157,8 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     progress = lambda msg: print(f"[run] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     config = {**provenance(), "topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planner": cfg.planner,
+              "backfill": cfg.backfill, "seed": cfg.seed, "time_limit_s": cfg.time_limit_s,
+              "search_budget": cfg.search_budget, "wait": cfg.wait,
               "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
               "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp,
               "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
@@ -164,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
     progress(f"{len(jobs)} jobs from {trace_path} on {topo.source}; planner {cfg.planner}; "
              f"{cfg.iterations} iterations ({cfg.warmup} warm-up); arrivals / {cfg.time_scale:g}; output {out}")
     progress(f"scale {net.scale:g}, dilation {net.dilation:g}: {choice.reason}")
-    from emulator.network import Emulation  # Mininet only once we know we will use it
+    from emulator.net.emulation import Emulation  # Mininet only once we know we will use it
 
     t0 = time.monotonic()
     runner = None

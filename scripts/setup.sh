@@ -7,7 +7,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$ROOT/.venv"
 PY=${SPIDERFLOW_PYTHON:-python3}
 APT_PKGS=(mininet iproute2 iptables iperf3 bridge-utils libnetfilter-queue-dev
-          build-essential python3-venv procps)
+          build-essential python3-venv procps git)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 # pip -q still warns about this machine's local index folders; keep real errors.

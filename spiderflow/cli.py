@@ -100,17 +100,36 @@ def plan_json(result) -> dict:
 
 
 def format_plan(out: dict) -> str:
-    lines = [f"planner {out['planner']} ({out['status']}), decided in {out['overhead_s'] * 1e3:.1f} ms",
+    """The plan as text, human units (``--json`` has the raw seconds and bytes). Layer ranges are
+    half-open, ``[start, end)``, as in the JSON's ``layers``. The iteration's breakdown adds up: the
+    busiest stage computes, waits on transfers, waits on other stages, then the exposed sync."""
+    from spiderflow.simulate.metrics import decimals, duration_unit, human_duration, rounded_parts
+
+    lines = [f"planner {out['planner']} ({out['status']}), decided in {human_duration(out['overhead_s'])}",
              "placement: " + ", ".join(f"{c}={g}" for c, g in out["placement"].items()),
              f"{out['replicas']} replica(s); micro-batch {out['micro_batch_size']} x {out['micro_batches']} "
              f"(global batch {out['global_batch']}); zero1={out['zero1']} recompute={out['recompute']}",
-             f"{'rep':>3} {'stage':>5} {'cluster':<10} {'layers':>9} {'tp':>3} {'dp':>3} {'gpus':>5}"]
+             f"{'rep':>3} {'stage':>5} {'cluster':<10} {'layers':<10} {'tp':>3} {'dp':>3} {'gpus':>5}"]
     for s in out["stages"]:
-        lines.append(f"{s['replica']:>3} {s['stage']:>5} {s['cluster']:<10} "
-                     f"{s['layers'][0]:>4}-{s['layers'][1]:<4} {s['tp']:>3} {s['dp']:>3} {s['gpus']:>5}")
+        layers = f"[{s['layers'][0]}, {s['layers'][1]})"
+        lines.append(f"{s['replica']:>3} {s['stage']:>5} {s['cluster']:<10} {layers:<10} {s['tp']:>3} "
+                     f"{s['dp']:>3} {s['gpus']:>5}")
+    lines.append("(layers [start, end): half-open, end excluded)")
     p = out["predicted"]
-    lines.append(f"predicted iteration {p['iteration_s']:.3f} s: compute {p['compute_s']:.3f} s, "
-                 f"p2p {p['p2p_s']:.3f} s, exposed dp sync {p['dp_sync_s']:.3f} s, bubble {p['bubble_s']:.3f} s")
+    total = p["iteration_s"]
+    unit, per = duration_unit(total)
+    places = min(decimals(total / per), 3)
+    names = ("compute", "exposed p2p", "bubble", "exposed dp sync")
+    raw = [p["compute_s"], p["exposed_p2p_s"], p["compute_wait_s"], p["dp_sync_s"]]
+    shown = rounded_parts(total / per, [x / per for x in raw], places)
+    share = rounded_parts(100.0, [x / total * 100 if total > 0 else 0.0 for x in raw], 0)
+    lines.append(f"predicted iteration {total / per:.{places}f} {unit} = "
+                 + " + ".join(f"{name} {v:.{places}f} {unit} ({pct:.0f}%)"
+                              for name, v, pct in zip(names, shown, share)))
+    lines.append("  (the busiest stage's time: its compute, waiting on transfers, waiting on other stages, "
+                 "then the sync)")
+    lines.append(f"overlapped (not added above): p2p {human_duration(p['p2p_s'])} per iteration on the busiest "
+                 f"boundary (one direction), dp sync {human_duration(p['dp_sync_total_s'])} on the longest stage")
     lines.append(f"memory: {out['memory_gb_per_gpu']:.1f} GB per GPU (largest stage)")
     return "\n".join(lines)
 
@@ -123,27 +142,48 @@ def add_topology(sub) -> None:
                    help=f"2..{MAX_GENERATED_CLUSTERS}")
     g.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
     g.add_argument("--out", type=output_file, required=True, help="YAML file to write")
+    g.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     g.set_defaults(func=cmd_topology_generate)
     c = tsub.add_parser("check", help="load and validate a topology file")
     c.add_argument("file", help="topology YAML, or a shipped name")
+    c.add_argument("--json", action="store_true", help="print the topology's summary as one JSON object")
     c.set_defaults(func=cmd_topology_check)
 
 
+def topology_summary(topo) -> dict:
+    """What `topology check` and `topology generate` report of a topology (``--json``)."""
+    from spiderflow.traces.cli import printable
+
+    return {"name": topo.name, "source": printable(str(topo.source)), "routing": topo.routing,
+            "clusters": len(topo.clusters), "links": len(topo.links), "total_gpus": topo.total_gpus,
+            "by_cluster": {c.name: {"gpu": c.gpu, "gpus": c.total_gpus} for c in topo.clusters}}
+
+
 def cmd_topology_generate(args) -> int:
+    from spiderflow.traces.cli import printable
+
     topo = generate_topology(args.clusters, args.seed)
     try:
-        Path(args.out).write_text(topology_to_yaml(topo))
+        Path(args.out).write_text(topology_to_yaml(topo, seed=args.seed))
     except OSError as exc:
         raise ConfigError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
-    print(f"wrote {args.out}: {len(topo.clusters)} clusters, {len(topo.links)} links, "
-          f"{topo.total_gpus} GPUs")
+    if args.json:
+        print(dumps({"out": printable(args.out), "seed": args.seed, **topology_summary(topo)}))
+    else:
+        print(f"wrote {args.out}: {len(topo.clusters)} clusters, {len(topo.links)} links, "
+              f"{topo.total_gpus} GPUs (seed {args.seed})")
     return 0
 
 
 def cmd_topology_check(args) -> int:
+    from spiderflow.traces.cli import printable
+
     topo = load_topology(args.file)
-    print(f"{args.file}: ok ({len(topo.clusters)} clusters, {len(topo.links)} links, "
-          f"{topo.total_gpus} GPUs, routing {topo.routing})")
+    if args.json:
+        print(dumps({"file": printable(args.file), "ok": True, **topology_summary(topo)}))
+    else:
+        print(f"{args.file}: ok ({len(topo.clusters)} clusters, {len(topo.links)} links, "
+              f"{topo.total_gpus} GPUs, routing {topo.routing})")
     return 0
 
 
@@ -162,6 +202,9 @@ def add_bench(sub) -> None:
     b.add_argument("--out", type=output_dir, default="runs/bench-planner",
                    help="directory for planner.md and the CSVs (default %(default)s; the committed results "
                         "are in benchmarks/results)")
+    b.add_argument("--json", action="store_true",
+                   help="print the summary (one object per size and planner; overheads in ms, ratios to "
+                        "SpinSearch; null where a planner planned nothing) instead of planner.md")
     b.set_defaults(func=cmd_bench_planner)
 
 
@@ -174,15 +217,22 @@ def cmd_bench_planner(args) -> int:
     if "spinsearch" not in planners:
         planners.insert(0, "spinsearch")
     rows = []
-    with tqdm(total=len(args.clusters) * args.jobs * len(planners), desc="planning", unit="job") as bar:
+    with tqdm(total=len(args.clusters) * args.jobs * len(planners), desc="planning", unit="job",
+              disable=args.json) as bar:
         for n in args.clusters:
             rows += bench.run_size(n, args.jobs, args.seed, planners, time_limit_s=args.time_limit,
                                    progress=bar)
     summary = bench.summarise(rows)
     command = "python -m spiderflow bench planner " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
     md = bench.write_results(rows, summary, Path(args.out), bench.header_line(command.strip()))
-    print(md.read_text())
-    print(f"wrote {md} and CSVs beside it")
+    if args.json:
+        from spiderflow.traces.cli import printable
+
+        print(dumps({"out": printable(str(md.parent)), "machine": bench.machine(), "seed": args.seed,
+                     "jobs_per_size": args.jobs, "time_limit_s": args.time_limit, "summary": summary}))
+    else:
+        print(md.read_text())
+        print(f"wrote {md} and CSVs beside it")
     return 0
 
 

@@ -239,3 +239,22 @@ def run_main(body: Callable[[list[str] | None], int], argv: list[str] | None) ->
             sys.stdout.flush()
     except BrokenPipeError as exc:  # `... --json | head -1`
         return closed_stdout_exit(exc)
+
+
+def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
+    """The shared scheduler's options (:class:`spiderflow.scheduling.SchedulerConfig`), with its
+    defaults: the same in ``spiderflow simulate``/``compare`` and ``emulator run``/``compare``."""
+    from spiderflow.scheduling import SchedulerConfig
+
+    d = SchedulerConfig()
+    p.add_argument("--backfill", action="store_true",
+                   help="let a later job start when the queue's head cannot (default: FIFO, the head blocks)")
+    p.add_argument("--time-limit", type=time_limit_arg, default=d.time_limit_s, metavar="S",
+                   help=f"ILP time limit per decision, seconds, in (0, {MAX_TIME_LIMIT_S:g}] (default %(default)g)")
+    p.add_argument("--search-budget", type=int_in(1, MAX_SEARCH_BUDGET), default=d.search_budget, metavar="N",
+                   help=f"genetic trials per decision, 1..{MAX_SEARCH_BUDGET:,} (default: the paper's 4,900)")
+    p.add_argument("--seed", type=seed_arg, default=d.seed,
+                   help=f"planner seed (genetic, tie-breaks), 0..{MAX_SEED} (default %(default)s)")
+    p.add_argument("--no-wait", dest="wait", action="store_false",
+                   help="SpinSearch starts every job at once when it fits, as the baselines do (default: it "
+                        "waits when a placement expected once running jobs end finishes the job sooner)")

@@ -17,3 +17,8 @@ class ConfigError(SpiderFlowError):
 
 class InfeasiblePlan(SpiderFlowError):
     """No plan fits the job on the GPUs offered (memory or GPU count short)."""
+
+
+class EmulatorError(SpiderFlowError):
+    """Building, using or tearing down the emulated network failed (the emulator package's one
+    error type; the emulator CLI prints it as one line and exits 2)."""

@@ -2,7 +2,7 @@
 
 For each ``--topology`` (default ``topologies/default.yaml``; repeat the
 option for more): build the network with two hosts per cluster (more if a
-plan needs them), run the microbenchmarks (:mod:`~emulator.calibrate.bench`),
+plan needs them), run the microbenchmarks (:mod:`~emulator.calibrate.opbench`),
 fit them and write ``calibration-<topology name>.json`` (the file
 ``--calibration`` of ``spiderflow plan/simulate/compare`` and ``emulator run``
 reads), then run the plan set (:mod:`~emulator.calibrate.plans`) with the
@@ -22,13 +22,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from emulator.capability import require_root
-from emulator.check import add_network_arguments, network_config, resolve_topology
-from emulator.dilation import Choice, choose_dilation, measure_op_overhead_s
-from emulator.errors import EmulatorError
-from emulator.plan import NetConfig
+from emulator.net.capability import require_root
+from emulator.net.check import add_network_arguments, network_config, resolve_topology
+from emulator.jobs.dilation import Choice, choose_dilation, measure_op_overhead_s
+from spiderflow.errors import EmulatorError
+from emulator.net.layout import NetConfig
 from emulator.run import MAX_ITERATIONS, check_warmup
-from emulator.runner import RunConfig
+from emulator.jobs.replay import RunConfig
 from spiderflow.cliutil import dumps, int_in, output_dir
 from spiderflow.costmodel import load_calibration, plan_work
 from spiderflow.provenance import provenance
@@ -78,13 +78,13 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
                        log) -> tuple[Path, str]:
     """One topology: microbenchmarks, fit, calibration file, plans. Returns the calibration file and
     the delay mechanism the network used."""
-    from emulator.calibrate.bench import HOSTS_NEEDED, bench_tests, run_microbench
+    from emulator.calibrate.opbench import HOSTS_NEEDED, bench_tests, run_microbench
     from emulator.calibrate.fit import calibration_json, fit_records
     from emulator.calibrate.plans import hosts_needed, plan_cases, run_case
-    from emulator.launch import emulated_view
-    from emulator.network import Emulation
-    from emulator.pool import RankPool
-    from emulator.runner import warm_tcp
+    from emulator.jobs.launch import emulated_view
+    from emulator.net.emulation import Emulation
+    from emulator.jobs.pool import RankPool
+    from emulator.jobs.replay import warm_tcp
 
     cases = plan_cases(topo, topo.name) if with_plans else []
     hosts = max([net.hosts_per_cluster, HOSTS_NEEDED] + ([hosts_needed(cases, emulated_view(topo, net))]
@@ -119,7 +119,7 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
 def auto_dilation(topos, net: NetConfig, *, with_plans: bool) -> Choice:
     """``--dilation auto``: sized by the plan set (each plan runs alone: its own ranks at most)."""
     from emulator.calibrate.plans import plan_cases
-    from emulator.launch import emulated_view, predict_emulated
+    from emulator.jobs.launch import emulated_view, predict_emulated
 
     if not with_plans:
         return Choice(dilation=1.0, reason="--no-plans: microbenchmarks time one collective at a time")

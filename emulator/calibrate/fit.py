@@ -20,14 +20,14 @@ beta is real-equivalent Gbit/s.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from emulator.errors import EmulatorError
+from emulator.jobs.ranklog import read_lines
+from spiderflow.errors import EmulatorError
 from spiderflow.costmodel.calibration import MIN_GPU_EFFICIENCY
 from spiderflow.costmodel.network import GBPS  # bytes/s per Gbit/s
 from spiderflow.topology import Topology
@@ -231,21 +231,5 @@ def calibration_json(fits: list[dict], *, scale: float, fitted_from: str,
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """The JSON objects of a JSON-lines file (blank lines skipped); one-line EmulatorError otherwise."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise EmulatorError(f"{path}: cannot read ({exc.strerror})") from None
-    out = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EmulatorError(f"{path}: line {number} is not valid JSON ({exc.msg}); fix or delete "
-                                "that line (an interrupted run can leave a partial last line)") from None
-        if not isinstance(value, dict):
-            raise EmulatorError(f"{path}: line {number} is not a JSON object (got {type(value).__name__})")
-        out.append(value)
-    return out
+    """A run directory's JSON-lines file, strictly (:func:`emulator.jobs.ranklog.read_lines`)."""
+    return read_lines(path, strict=True)

@@ -24,7 +24,7 @@ carries them divided by the scale). Collectives across all clusters stop at
 takes over ten seconds a sample, and at 16 MB the bandwidth term is already
 about half of the time.
 
-:func:`run_microbench` starts one :mod:`~emulator.calibrate.bench_worker` per
+:func:`run_microbench` starts one :mod:`~emulator.calibrate.opbench_worker` per
 host, waits, and :func:`combine` turns their JSON lines into the records of
 ``microbench.jsonl`` (docs/calibration.md), each with the cost model's
 uncalibrated figures for that path or group beside the measurement.
@@ -42,9 +42,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from emulator.calibrate.fit import read_jsonl
-from emulator.errors import EmulatorError
-from emulator.worker import rank_env
+from emulator.jobs.ranklog import read_lines
+from spiderflow.errors import EmulatorError
+from emulator.jobs.worker import rank_env
 from spiderflow.costmodel import TopologyView
 from spiderflow.costmodel.network import GBPS
 from spiderflow.topology import Topology
@@ -141,13 +141,9 @@ def _progress(work: Path, ranks: int) -> tuple[int, int | None]:
         path = work / f"r{rank}.jsonl"
         if not path.exists():
             continue
-        text = path.read_text()
-        written += len(text)
-        for line in text.splitlines()[-1:]:
-            try:
-                tid = json.loads(line).get("test")
-            except ValueError:  # a line the rank is still writing
-                continue
+        written += path.stat().st_size
+        for line in read_lines(path)[-1:]:  # a line still being written is skipped
+            tid = line.get("test")
             if tid is not None:
                 last = tid if last is None else max(last, tid)
     return written, last
@@ -181,7 +177,7 @@ def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyVie
         env = {**os.environ, **rank_env(host.intf, host.name, "gloo"),
                "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         with open(work / f"r{rank}.log", "wb") as logfile:
-            procs.append(emu.popen(host.name, [sys.executable, "-m", "emulator.calibrate.bench_worker", str(path)],
+            procs.append(emu.popen(host.name, [sys.executable, "-m", "emulator.calibrate.opbench_worker", str(path)],
                                    env=env, role=f"bench/r{rank}", stdout=logfile, stderr=subprocess.STDOUT,
                                    cwd=str(repo)))
     log(f"microbenchmarks: {len(tests)} tests on {len(hosts)} ranks")
@@ -203,7 +199,7 @@ def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyVie
             shown, logged = last, now
         emu.check_daemons()
         time.sleep(1.0)
-    lines = [line for rank in range(len(hosts)) for line in read_jsonl(work / f"r{rank}.jsonl")]
+    lines = [line for rank in range(len(hosts)) for line in read_lines(work / f"r{rank}.jsonl")]
     bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
     if bad:
         reasons = [l.get("reason") for l in lines if l.get("event") == "failed"]

@@ -1,7 +1,7 @@
 """One microbenchmark rank inside an emulated host: runs every test of its spec with real collectives.
 
-``python -m emulator.calibrate.bench_worker SPEC.json``. The spec (written by
-:mod:`emulator.calibrate.bench`) names this rank, the rendezvous and the
+``python -m emulator.calibrate.opbench_worker SPEC.json``. The spec (written by
+:mod:`emulator.calibrate.opbench`) names this rank, the rendezvous and the
 tests, in the same order on every rank. For each test this rank takes part
 in, and for each size, it runs ``warmup + samples`` repetitions and writes one
 JSON line per repetition with CLOCK_MONOTONIC times (all ranks share the
@@ -13,7 +13,7 @@ machine's clock, so the orchestrator can combine them):
   from a ready sender to a ready receiver, what the cost model's
   ``alpha + n / beta`` prices (gloo send/recv is a rendezvous; the worker of
   ``emulator run`` pre-posts its receives for the same reason).
-- collectives: ``all_reduce`` is the ring of :mod:`emulator.collectives`
+- collectives: ``all_reduce`` is the ring of :mod:`emulator.jobs.collectives`
   (what the worker's gradient sync runs), ``all_gather`` and
   ``reduce_scatter`` are gloo's own. For each the
   group meets at a barrier; each rank stamps ``t_start`` and ``t_end`` around
@@ -27,7 +27,7 @@ starts; smallest first would time each mid-size message while its own bytes
 still grow those windows (up to 40% over ``alpha + n / beta`` on long-RTT
 paths), and the fitted alpha would absorb it. The largest size's warm-up
 repetition opens the windows; the emulator keeps them open across idle gaps
-(``tcp_slow_start_after_idle=0``, :func:`emulator.runner.warm_tcp`).
+(``tcp_slow_start_after_idle=0``, :func:`emulator.jobs.replay.warm_tcp`).
 
 Tensors are float32 of ``bytes / scale / 4`` elements (at least one): the
 sizes in the spec are real-equivalent, the wire carries them divided by the
@@ -41,8 +41,8 @@ import sys
 import time
 from pathlib import Path
 
-from emulator.collectives import ring_all_reduce
-from emulator.worker import failure_reason, process_group
+from emulator.jobs.collectives import ring_all_reduce
+from emulator.jobs.worker import failure_reason, process_group
 
 FLOAT_BYTES = 4
 
@@ -134,7 +134,7 @@ def _run_tests(spec: dict, me: int, scale: float, out, torch, dist) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m emulator.calibrate.bench_worker SPEC.json", file=sys.stderr)
+        print("usage: python -m emulator.calibrate.opbench_worker SPEC.json", file=sys.stderr)
         return 2
     return run(json.loads(Path(argv[0]).read_text()))
 

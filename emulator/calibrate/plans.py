@@ -9,7 +9,7 @@ chosen by a planner: the point is to check the cost model on shapes of each
 kind, whatever a planner would pick. Clusters come from the topology's
 links, so any topology with at least one link gets a set.
 
-Each plan runs as a one-job trace through the same :class:`~emulator.runner.Runner`
+Each plan runs as a one-job trace through the same :class:`~emulator.jobs.replay.Runner`
 as ``emulator run`` (same rank mapping, worker and measurement), one at a
 time so the measurement is the plan's alone. The record (``plans.jsonl``,
 docs/calibration.md) has the uncalibrated prediction (what ``emulator run``
@@ -20,15 +20,18 @@ the measured ops of one iteration beside the predicted 1F1B timeline.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.launch import emulated_view, predict_emulated, ranks_per_cluster
-from emulator.runner import JobRun, RunConfig, Runner
+from emulator.jobs.launch import emulated_view, predict_emulated, ranks_per_cluster
+from emulator.jobs.ranklog import read_lines
+from emulator.jobs.replay import JobRun, RunConfig, Runner
 from spiderflow.costmodel import Calibration, TopologyView, predict
 from spiderflow.parallel.tpa import split_layers
 from spiderflow.plan import Plan, Stage
+from spiderflow.scheduling import fixed_plan
 from spiderflow.topology import Topology
 from spiderflow.workload import MODELS, Job
 
@@ -93,24 +96,13 @@ def hosts_needed(cases: list[PlanCase], view: TopologyView) -> int:
     return max(max(ranks_per_cluster(c.plan(2), view).values()) for c in cases)
 
 
-class _FixedPlanRunner(Runner):
-    """A Runner whose one job runs the given plan instead of asking a planner."""
-
-    def __init__(self, *args, plan: Plan, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._plan = plan
-
-    def _try_start(self, j: JobRun) -> None:
-        self._launch(j, self._plan, tuple(self._plan.placement.items()), self._link_load())
-
-
 def measured_timeline(runner: Runner, j: JobRun, iteration: int) -> list[dict]:
     """Every rank's ops of one iteration, times relative to that iteration's earliest op start
     (real-equivalent: wall / the dilation)."""
     ranks = []
     for r in j.ranks:
         mono, ops = None, []
-        for line in runner._lines(j.job.job_id, r.spec.rank):
+        for line in read_lines(r.spec.out):
             if line.get("event") == "start":
                 mono = line["mono"]
             elif line.get("event") == "op" and line.get("it") == iteration and mono is not None:
@@ -127,7 +119,8 @@ def run_case(emu, topology: Topology, case: PlanCase, config: RunConfig, calibra
              out_dir: Path, log: Callable[[str], None], pool=None) -> tuple[dict, dict | None]:
     """Run one plan alone; return its ``plans.jsonl`` record and its timeline document (None if it failed)."""
     plan = case.plan(config.iterations)
-    runner = _FixedPlanRunner(topology, [plan.job], config, emu, out_dir=out_dir, log=log, plan=plan, pool=pool)
+    config = dataclasses.replace(config, planner=fixed_plan(plan, case.plan_id))  # the plan is the planner
+    runner = Runner(topology, [plan.job], config, emu, out_dir=out_dir, log=log, pool=pool)
     try:
         runner.run()
     except BaseException:

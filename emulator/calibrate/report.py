@@ -2,7 +2,7 @@
 
 Reads config.json (required), microbench.jsonl, plans.jsonl and timelines/
 (each optional), re-fits the microbenchmarks (so the report follows from
-the measurements alone), writes fits.json, figures/*.png and report.md.
+the measurements alone), writes fits.json, figures/*.png (and .pdf) and report.md.
 Format of the run directory: docs/calibration.md. Figures use matplotlib's
 object API (``Figure``), which renders PNGs with Agg and touches no global
 backend state.
@@ -16,17 +16,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, fit_compute, fit_records,
                                     group_records, latency_steps, read_jsonl)
-from emulator.errors import EmulatorError
+from spiderflow.errors import EmulatorError
 from spiderflow.costmodel.network import GBPS
 from spiderflow.errors import ConfigError
 from spiderflow.inputs import load_json, read_text
 
 KIND_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "S": "#55A868"}
 KIND_NAMES = {"F": "forward", "B": "backward", "S": "gradient sync"}
+WAIT_COLOUR = "#EEEEEE"
+TRANSFER_COLOURS = {"F": "#1F3A68", "B": "#8C3B0C"}
+TRANSFER_NAMES = {"F": "activation", "B": "gradient"}
+MAX_FIGURE_IN = 21.0  # inches: 2,310 px at the PNGs' 110 dpi
 DASH = "–"
 
 
@@ -265,7 +270,12 @@ def _timeline_section(run: Run, figures: Path) -> list[str]:
     _timeline_figure(run.timelines[plan_id], model, figures / "timeline.png")
     return ["## Timeline", "",
             f"Plan {plan_id}, one iteration: measured ops per rank (top) and the {model}'s "
-            "1F1B schedule per stage (bottom), on one time axis.", "",
+            "1F1B schedule per stage (bottom), on one time axis. A measured op that receives (a forward "
+            "after stage 0, a backward before the last stage) is drawn as its wait for the input (hatched) "
+            "followed by its compute, taken as the stage's predicted op time (what emulated compute "
+            "sleeps); arrows are the activation and gradient transfers, from the sender's op end to the "
+            "receiver's compute start (measured: when the receive completed; predicted: when the stage "
+            "started the op, at or after the arrival). Every figure is also written as PDF beside its PNG.", "",
             f"![measured vs predicted schedule of plan {plan_id}](figures/timeline.png)", ""]
 
 
@@ -295,22 +305,29 @@ def _log_if_wide(ax, values: list[float], axis: str = "y") -> None:
 
 
 def _links_figure(p2p: list[dict], many: bool, path: Path) -> None:
+    """Configured vs fitted bandwidth and latency per p2p fit: one row per link (horizontal bars), so
+    the figure grows in height, not width, with the number of links (capped at MAX_FIGURE_IN)."""
     labels = [_label(f, many) + (" (intra)" if f["scope"] == "intra" else "") for f in p2p]
-    fig = Figure(figsize=(max(8.0, 1.6 * len(p2p) + 4), 4.6), layout="constrained")
-    axes = fig.subplots(1, 2)
-    x = list(range(len(p2p)))
+    fig = Figure(figsize=(10.0, min(MAX_FIGURE_IN, max(4.0, 1.6 + 0.24 * len(p2p)))), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    y = list(range(len(p2p)))
     for ax, key, unit, factor, title in ((axes[0], "beta_gbps", "Gbit/s", 1, "bandwidth"),
                                          (axes[1], "alpha_s", "ms", 1e3, "latency")):
         conf = [f[f"configured_{key}"] * factor if f[f"configured_{key}"] is not None else math.nan for f in p2p]
         fitd = [f[key] * factor if f[key] is not None else math.nan for f in p2p]
-        ax.bar([i - 0.2 for i in x], conf, 0.4, label="configured", color="#BBBBBB", edgecolor="black")
-        bars = ax.bar([i + 0.2 for i in x], fitd, 0.4, label="fitted", color="#4C72B0")
-        ax.bar_label(bars, labels=[DASH if math.isnan(v) else f"{v:.3g}" for v in fitd], fontsize=8)
-        _log_if_wide(ax, [v for v in conf + fitd if not math.isnan(v)])
-        ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
-        ax.set_ylabel(f"{title} ({unit})")
-        ax.set_title(f"p2p {title}: configured vs fitted")
-        ax.legend(fontsize=8)
+        ax.barh([i - 0.2 for i in y], conf, 0.4, label="configured", color="#BBBBBB", edgecolor="black",
+                linewidth=0.5)
+        bars = ax.barh([i + 0.2 for i in y], fitd, 0.4, label="fitted", color="#4C72B0")
+        ax.bar_label(bars, labels=[DASH if math.isnan(v) else f"{v:.3g}" for v in fitd], fontsize=7, padding=2)
+        _log_if_wide(ax, [v for v in conf + fitd if not math.isnan(v)], axis="x")
+        ax.set_xlabel(f"{title} ({unit})")
+        ax.set_title(f"p2p {title}: configured vs fitted", fontsize=10)
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+        ax.margins(x=0.12)
+    axes[0].set_yticks(y, labels, fontsize=8)
+    axes[0].set_ylim(len(p2p) - 0.5, -0.5)
+    fig.legend(handles=axes[1].get_legend_handles_labels()[0], fontsize=8, loc="outside upper right", ncols=2,
+               frameon=False)
     fig.suptitle("Links (real-equivalent units)")
     _save(fig, path)
 
@@ -341,66 +358,163 @@ def _plans_figure(plans: list[dict], path: Path) -> None:
     _save(fig, path)
 
 
+def _compute_s(predicted: list[list], stage, kind: str) -> float | None:
+    """The predicted duration of one ``kind`` op of ``stage`` (what emulated compute sleeps), or None."""
+    if not isinstance(stage, int) or not 0 <= stage < len(predicted):
+        return None
+    spans = sorted(op[3] - op[2] for op in predicted[stage] if op[0] == kind)
+    return spans[len(spans) // 2] if spans else None
+
+
+def _split_waits(ops: list, stage, stages: int, predicted: list[list]) -> list[tuple]:
+    """A measured rank's ops as (kind, micro, start, end, compute_start): an op that receives
+    (a forward past stage 0, a backward before the last stage) first waits for its input, then
+    computes for the stage's predicted op time (measured ops of the rank that did not wait are as
+    long, within per-op overhead); without a prediction the rank's shortest op of that kind is used.
+    The input arrived at compute_start."""
+    out = []
+    for kind, micro, start, end in ops:
+        receives = isinstance(stage, int) and ((kind == "F" and stage > 0) or (kind == "B" and stage < stages - 1))
+        compute = _compute_s(predicted, stage, kind)
+        if compute is None:
+            compute = min((o[3] - o[2] for o in ops if o[0] == kind), default=end - start)
+        begin = max(start, end - compute) if receives else start
+        out.append((kind, micro, start, end, begin))
+    return out
+
+
 def _gantt(ax, rows: list[tuple[str, list]], title: str) -> None:
+    """One bar row per rank or stage: compute (by kind), waiting for input (hatched), and the
+    transfers between rows as arrows from the sender's op end to the receiver's compute start."""
     span = max((op[3] for _, ops in rows for op in ops), default=1.0) or 1.0
     for y, (_, ops) in enumerate(rows):
-        for kind, micro, start, end in ops:
-            ax.broken_barh([(start, end - start)], (y - 0.4, 0.8), facecolors=KIND_COLOURS.get(kind, "grey"),
+        for kind, micro, start, end, begin in ops:
+            if begin > start:
+                ax.broken_barh([(start, begin - start)], (y - 0.3, 0.6), facecolors=WAIT_COLOUR,
+                               edgecolors="#999999", linewidth=0.4, hatch="////")
+            ax.broken_barh([(begin, end - begin)], (y - 0.3, 0.6), facecolors=KIND_COLOURS.get(kind, "grey"),
                            edgecolors="white", linewidth=0.5)
-            if end - start > 0.025 * span and kind != "S":
-                ax.text((start + end) / 2, y, str(micro), ha="center", va="center", fontsize=7, color="white")
-    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+            if end - begin > 0.025 * span and kind != "S":
+                ax.text((begin + end) / 2, y, str(micro), ha="center", va="center", fontsize=7, color="white")
+    # transfers: F k from the row of stage s to the row of stage s+1, B k from s+1 to s (same replica)
+    where = {}
+    for y, (key, ops) in enumerate(rows):
+        for kind, micro, start, end, begin in ops:
+            where[(key, kind, micro)] = (y, end, begin)
+    for y, (key, ops) in enumerate(rows):
+        replica, stage = key
+        for kind, micro, _start, end, _begin in ops:
+            if kind not in ("F", "B"):
+                continue
+            target = where.get(((replica, stage + (1 if kind == "F" else -1)), kind, micro))
+            if target is None:
+                continue
+            ty, _, arrived = target
+            sign = 1 if ty > y else -1
+            ax.annotate("", xy=(arrived, ty - 0.3 * sign), xytext=(end, y + 0.3 * sign),
+                        arrowprops={"arrowstyle": "->", "color": TRANSFER_COLOURS[kind], "lw": 0.8,
+                                    "shrinkA": 0, "shrinkB": 0})
+    ax.set_yticks(range(len(rows)), [_row_label(key) for key, _ in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+
+
+def _row_label(key: tuple) -> str:
+    replica, stage = key
+    return f"stage {stage}" if replica is None else f"replica {replica}, stage {stage}"
 
 
 def _timeline_figure(timeline: dict, model: str, path: Path) -> None:
+    predicted = [list(ops) for ops in timeline.get("predicted", {}).get("stages", [])]
     ranks = sorted(timeline.get("measured", {}).get("ranks", []), key=lambda r: r.get("rank", 0))
-    measured = [(f"rank {r.get('rank')} (replica {r.get('replica')}, stage {r.get('stage')})", r.get("ops", []))
+    stages = max([len(predicted)] + [int(r["stage"]) + 1 for r in ranks if isinstance(r.get("stage"), int)])
+    measured = [((r.get("replica"), r.get("stage")), _split_waits(r.get("ops", []), r.get("stage"), stages, predicted))
                 for r in ranks]
-    predicted = [(f"stage {i}", ops) for i, ops in enumerate(timeline.get("predicted", {}).get("stages", []))]
-    fig = Figure(figsize=(11, 1.2 + 0.55 * (len(measured) + len(predicted)) + 1.5), layout="constrained")
+    predicted_rows = [((None, i), [(k, mb, s, e, s) for k, mb, s, e in ops]) for i, ops in enumerate(predicted)]
+    # the predicted rows' transfers join stages of one replica: key them as replica None
+    fig = Figure(figsize=(11, min(MAX_FIGURE_IN, 2.4 + 0.55 * (len(measured) + len(predicted)))),
+                 layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[max(1, len(measured)), max(1, len(predicted))])
     _gantt(top, measured, f"measured, iteration {timeline.get('iteration', '?')} (per rank)")
-    _gantt(bottom, predicted, f"predicted by the {model} (per stage, one replica)")
-    bottom.set_xlabel("time since the iteration's first op (s)")
-    handles = [Patch(color=c, label=f"{k} = {KIND_NAMES[k]}") for k, c in KIND_COLOURS.items()]
-    top.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _gantt(bottom, predicted_rows, f"predicted by the {model} (per stage, one replica)")
+    bottom.set_xlabel("time since the iteration's first op (s, real-equivalent)")
+    handles = [Patch(color=c, label=f"{KIND_NAMES[k]} compute" if k != "S" else KIND_NAMES[k])
+               for k, c in KIND_COLOURS.items()]
+    handles.append(Patch(facecolor=WAIT_COLOUR, edgecolor="#999999", hatch="////", label="waiting for input"))
+    handles += [Line2D([], [], color=c, lw=1, marker=">", markersize=4, label=f"{TRANSFER_NAMES[k]} transfer")
+                for k, c in TRANSFER_COLOURS.items()]
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncols=len(handles), frameon=False)
     fig.suptitle(f"Plan {timeline.get('plan_id')}: 1F1B schedule, measured vs predicted "
-                 "(numbers = micro-batch)")
+                 "(numbers = micro-batch; arrows: sender's end -> receiver's compute start)", fontsize=11)
     _save(fig, path)
 
 
+FACETS = (("p2p", "wan", "p2p over WAN paths"), ("p2p", "intra", "p2p inside a cluster"),
+          ("coll", "pair", "all-reduce over two clusters"), ("coll", "intra", "collectives inside a cluster"),
+          ("coll", "cross", "collectives across clusters"))
+MAX_SERIES = 6  # a panel with more series colours them by configured bandwidth instead of naming each
+
+
+def _facet(f: dict) -> tuple[str, str]:
+    return ("p2p" if f["op"] == "p2p" else "coll", f["scope"])
+
+
 def _bandwidth_figure(fits: list[dict], groups: dict, path: Path) -> None:
-    """busbw vs size per fitted group, measured points and the fitted model."""
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
-    for ax, want_p2p, title in ((axes[0], True, "p2p"), (axes[1], False, "collectives")):
-        mine = [f for f in fits if (f["op"] == "p2p") == want_p2p and not f["error"]]
+    """busbw vs size, measured (dots) and fitted model (lines), one panel per kind of fit (FACETS).
+    A panel of up to MAX_SERIES fits names each in its legend; a busier one (paper8's 28 WAN paths)
+    colours its fits by configured bandwidth and names the classes: the per-pair numbers are in the
+    report's tables."""
+    ok = [f for f in fits if not f["error"]]
+    known = [(kind, scope, title) for kind, scope, title in FACETS if any(_facet(f) == (kind, scope) for f in ok)]
+    extra = sorted({_facet(f) for f in ok} - {(k, s) for k, s, _ in FACETS})
+    panels = known + [(kind, scope, f"{kind} ({scope})") for kind, scope in extra]
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(4.6 * cols, 3.9 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, (kind, scope, title) in zip(axes, panels):
+        mine = [f for f in ok if _facet(f) == (kind, scope)]
+        by_class = len(mine) > MAX_SERIES
+        classes = sorted({_fmt(f["configured_beta_gbps"]) for f in mine})
+        seen = set()
         for i, f in enumerate(mine):
             records = sorted(groups[tuple(f[k] for k in ("topology", "op", "scope", "name", "ranks"))],
                              key=lambda r: r["bytes"])
-            colour = f"C{i % 10}"
+            if by_class:
+                cls = _fmt(f["configured_beta_gbps"])
+                colour = f"C{classes.index(cls) % 10}"
+                n = sum(_fmt(g["configured_beta_gbps"]) == cls for g in mine)
+                label = None if cls in seen else f"configured {cls} Gbit/s ({n} fits)"
+                seen.add(cls)
+            else:
+                name = f["name"] if len(f["name"]) <= 24 else f"{len(f['name'].split('+'))} clusters"
+                colour, label = f"C{i % 10}", f"{f['op']} {name}" + ("" if kind == "p2p" else f", {f['ranks']} ranks")
             ax.plot([r["bytes"] for r in records],
                     [busbw_gbps(f["op"], f["ranks"], r["bytes"], r["time_s"]) for r in records], "o",
-                    color=colour, label=f"{_group_title(f)} ({f['scope']})")
+                    color=colour, markersize=3.5, alpha=0.8, label=label)
             lo, hi = math.log10(records[0]["bytes"]), math.log10(records[-1]["bytes"])
             grid = [10 ** (lo + (hi - lo) * k / 60) for k in range(61)]
             ax.plot(grid, [busbw_gbps(f["op"], f["ranks"], n, _model_s(f, n)) for n in grid], "-",
-                    color=colour, lw=1)
+                    color=colour, lw=0.8, alpha=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("size (bytes, real-equivalent)")
-        ax.set_title(f"{title}: measured (dots) and fitted model (lines)")
-        if mine:
-            ax.legend(fontsize=7)
-    axes[0].set_ylabel("busbw (Gbit/s)")
+        ax.set_ylabel("busbw (Gbit/s)")
+        ax.set_title(f"{title} ({len(mine)} fits)", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right", framealpha=0.85)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle("Bus bandwidth vs message size: measured (dots) and fitted alpha-beta model (lines)")
     _save(fig, path)
 
 
 def _save(fig: Figure, path: Path) -> None:
+    """``path`` (PNG, 110 dpi) and the same figure as PDF beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+    fig.savefig(path.with_suffix(".pdf"))
 
 
 # ---- the report ------------------------------------------------------------------------------------------
@@ -422,6 +536,8 @@ def write_report(run_dir: Path) -> Path:
              f"Topologies: {topologies}. Scale {run.scale:g}, dilation {run.dilation:g}, delay by {run.mechanism}, "
              "compute "
              f"{run.config.get('compute', DASH)}, started {run.config.get('started', DASH)}.", ""]
+    if run.config.get("note"):  # a hand correction of config.json, and why
+        lines += [f"Note (config.json): {run.config['note']}", ""]
     lines += _links_section(fits, groups, many, figures)
     lines += _collectives_section(fits, groups, many)
     if any(not f["error"] for f in fits):

@@ -2,7 +2,7 @@
 
 No root and no network: it reads what ``emulator calibrate`` wrote (format in
 docs/calibration.md), re-fits the microbenchmarks, writes ``fits.json``,
-``figures/*.png`` and ``report.md`` into RUN_DIR, and prints the report's
+``figures/*.png`` (and ``.pdf``) and ``report.md`` into RUN_DIR, and prints the report's
 path and its MAPE line. matplotlib is imported only when this runs.
 """
 

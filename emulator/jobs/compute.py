@@ -29,7 +29,7 @@ does) and the backward reruns it with grad first: 3x the forward in all, as the
 cost model's ``backward_s`` has it.
 
 Shapes and FLOPs are pure Python; torch is imported only by :func:`cpu_flops_per_s`
-and :class:`StageProxy`, so :mod:`emulator.launch` can size proxies without it.
+and :class:`StageProxy`, so :mod:`emulator.jobs.launch` can size proxies without it.
 """
 
 from __future__ import annotations

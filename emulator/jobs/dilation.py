@@ -40,7 +40,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from emulator.worker import tight_timers
+from emulator.jobs.worker import tight_timers
 from spiderflow.costmodel import PlanWork
 
 CANDIDATES = (1, 2, 4)

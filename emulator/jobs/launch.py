@@ -10,11 +10,11 @@ prices exactly those items. This module only converts them for the wire:
 - every time (compute sleeps, the slept sync, the rank's timeout) is
   multiplied by the dilation K, as the wire delays are and the wire rates
   divided (DESIGN.md, "Time dilation"): the whole emulated world runs K times
-  slower, and measured times are divided by K (:mod:`emulator.runner`).
+  slower, and measured times are divided by K (:mod:`emulator.jobs.replay`).
 
 With ``compute="real"`` a rank runs a CPU proxy of its stage whose forward
 FLOPs are its dilated forward time x ``cpu_flops_per_s``
-(:func:`emulator.compute.proxy_shape`). How a rank folds the stage's ``dp``
+(:func:`emulator.jobs.compute.proxy_shape`). How a rank folds the stage's ``dp``
 groups and ``tp`` GPUs: docs/emulator-run.md, "Rank mapping".
 """
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from emulator.compute import COMPUTE_MODES, proxy_shape
-from emulator.plan import NetConfig, emulated_intra_gbps
-from emulator.worker import RankSpec
+from emulator.jobs.compute import COMPUTE_MODES, proxy_shape
+from emulator.net.layout import NetConfig, emulated_intra_gbps
+from emulator.jobs.worker import RankSpec
 from spiderflow.costmodel import Calibration, PlanWork, TopologyView, plan_work, predict
 from spiderflow.plan import Plan
 from spiderflow.topology import Topology
@@ -35,7 +35,7 @@ def emulated_topology(topology: Topology, config: NetConfig) -> Topology:
 
     WAN links are as in the topology (bytes and bandwidth are scaled alike, and the dilation
     slows rate and delay alike); intra-cluster bandwidth is capped
-    (:func:`emulator.plan.emulated_intra_gbps`).
+    (:func:`emulator.net.layout.emulated_intra_gbps`).
     """
     clusters = tuple(dataclasses.replace(c, intra_cluster_bandwidth_gbps=emulated_intra_gbps(c, config))
                      for c in topology.clusters)
@@ -63,7 +63,7 @@ def rank_specs(work: PlanWork, *, master_addr: str, master_port: int, scale: flo
     """The RankSpec of every work item (in rank order): bytes / ``scale``, times x ``dilation``.
 
     ``timeout_s`` is real-equivalent (x ``dilation`` too). ``compute="real"`` gives each spec the
-    proxy of its stage, sized by ``cpu_flops_per_s`` (:func:`emulator.compute.cpu_flops_per_s`).
+    proxy of its stage, sized by ``cpu_flops_per_s`` (:func:`emulator.jobs.compute.cpu_flops_per_s`).
     """
     if compute not in COMPUTE_MODES:
         raise ValueError(f"compute must be one of {', '.join(COMPUTE_MODES)} (got {compute!r})")

@@ -1,13 +1,13 @@
 """A warm rank pool: a fork server that has imported torch forks one child per rank.
 
     with RankPool(emu) as pool:
-        proc = pool.start(module="emulator.worker", args=[spec_path], env=env, log_path=log,
+        proc = pool.start(module="emulator.jobs.worker", args=[spec_path], env=env, log_path=log,
                           ns_pid=emu.node("east-h0").pid, nice=10, role="j1/r0")
         proc.poll()                 # None while it runs, then its exit status (-9: SIGKILLed)
 
-A cold ``python -m emulator.worker`` spends ~2 s of CPU importing torch: 20
+A cold ``python -m emulator.jobs.worker`` spends ~2 s of CPU importing torch: 20
 ranks starting at once on 2 cores took ~30 s. Here one server process
-(``python -m emulator.pool --serve MODULE...``, root namespace, own session)
+(``python -m emulator.jobs.pool --serve MODULE...``, root namespace, own session)
 imports torch and the rank entry points once, says ready, then forks a
 child per request. The child leads its own process group (the server calls
 ``setpgid`` too before replying, so the runner's ``os.killpg(pid, ...)``
@@ -63,11 +63,11 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from emulator.errors import EmulatorError
-from emulator.state import MARKER_ENV
+from spiderflow.errors import EmulatorError
+from emulator.net.state import MARKER_ENV
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PRELOAD = ("torch", "torch.distributed", "emulator.worker", "emulator.calibrate.bench_worker")
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PRELOAD = ("torch", "torch.distributed", "emulator.jobs.worker", "emulator.calibrate.opbench_worker")
 READY_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 10.0
 PR_SET_PDEATHSIG = 1
@@ -125,7 +125,7 @@ class RankPool:
         if emu is not None:
             env[MARKER_ENV] = emu.run_id
         t0 = time.monotonic()
-        self._server = subprocess.Popen([sys.executable, "-m", "emulator.pool", "--serve", *preload],
+        self._server = subprocess.Popen([sys.executable, "-m", "emulator.jobs.pool", "--serve", *preload],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=REPO,
                                         start_new_session=True,
                                         preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
@@ -352,7 +352,7 @@ def _shutdown(children: dict[int, int]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] != "--serve":
-        print("usage: python -m emulator.pool --serve [MODULE ...]  (started by RankPool)", file=sys.stderr)
+        print("usage: python -m emulator.jobs.pool --serve [MODULE ...]  (started by RankPool)", file=sys.stderr)
         return 2
     try:
         return serve(argv[1:])

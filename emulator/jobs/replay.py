@@ -1,21 +1,23 @@
 """Replay a trace on an emulated network: place, plan, launch ranks, measure, tear down.
 
 ``Runner(topology, jobs, config, emu).run()`` runs one event loop in the
-calling (main) thread; the :class:`~emulator.network.Emulation` that ``emu``
+calling (main) thread; the :class:`~emulator.net.emulation.Emulation` that ``emu``
 is owns the network and every rank process (it kills them on exit, error or
 Ctrl-C). Arrivals are compressed by ``time_scale``: a job that arrives at
 ``t`` s in the trace arrives ``t / time_scale`` s after the network is up.
 
 Time dilation K (``config.net.dilation``, DESIGN.md): the network runs K
 times slower (rates / K, delays x K) and so do the ranks (compute sleeps and
-timeouts x K, :mod:`emulator.launch`) and the arrivals (x K); every time this
+timeouts x K, :mod:`emulator.jobs.launch`) and the arrivals (x K); every time this
 module reports (iteration times, JCT, queueing) is wall time / K, i.e.
 real-equivalent. Job start-up (specs handed over -> the job's first op) is
 reported in wall seconds: it is the emulator's own cost, not the job's.
 
-A job starts when the planner places it on the free emulated GPUs (with the
-current link load: the WAN routes of running jobs) and each cluster of its
-plan has a free host per rank there (:mod:`emulator.launch`). It ends after
+Jobs are scheduled by the simulator's own :class:`~spiderflow.scheduling.Scheduler`
+(queue policy, planner call with its seed and time limit, rejection with a
+reason): a job starts when the planner places it on the free emulated GPUs
+(with the current link load: the WAN routes of running jobs) and each
+cluster of its plan has a free host per rank there. It ends after
 ``iterations`` iterations; its measured iteration time is the median, over
 the iterations after ``warmup``, of the interval between consecutive
 iteration ends (the last rank's end of each iteration). A rank that exits
@@ -26,11 +28,12 @@ and stderr, ``ranks/JOB-rN.log``) grows past :data:`RANK_LOG_CAP_BYTES`: the
 size is checked at every poll, and the log is cut back to the cap once the
 job's ranks are ended. When a job times out, or its ranks give up at their
 rendezvous, while a rank never reached its process group (it has no JSON
-lines file, see :mod:`emulator.worker`), that rank is the one named.
+lines file, see :mod:`emulator.jobs.worker`), that rank is the one named.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -43,26 +46,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.compute import COMPUTE_MODES, cpu_flops_per_s
-from emulator.launch import describe_plan, emulated_view, predict_emulated, rank_specs, ranks_per_cluster
-from emulator.plan import HostPlan, NetConfig
-from emulator.state import MARKER_ENV
-from emulator.worker import STARTUP_NICE_ENV, RankSpec, rank_env
+from emulator.jobs.compute import COMPUTE_MODES, cpu_flops_per_s
+from emulator.jobs.launch import describe_plan, emulated_view, predict_emulated, rank_specs
+from emulator.jobs.ranklog import read_lines
+from emulator.jobs.startup import startup_s
+from emulator.net.layout import HostPlan, NetConfig
+from emulator.net.state import MARKER_ENV
+from emulator.jobs.worker import STARTUP_NICE_ENV, RankSpec, rank_env
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, plan_work
-from spiderflow.errors import InfeasiblePlan
-from spiderflow.placement import PlacementRequest, run_planner
-from spiderflow.plan import Plan
-from spiderflow.simulate.flows import plan_routes
+from spiderflow.placement.base import Strategy
+from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig
 from spiderflow.topology import Topology
 from spiderflow.workload import Job
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 POLL_S = 0.1
 SETTLE_S = 2.0  # wall seconds a failure waits for its echoes in other ranks (see Runner._settle)
 BASE_PORT = 29500
 # Ranks start niced (torch import, joining) and return to 0 once their job's ranks have all
 # joined, so a burst of starting ranks does not slow the schedules of running jobs.
 STARTUP_NICE = 10
+# The replay's own process (the scheduler and its planner calls) runs ahead of the ranks: a real
+# scheduler does not share its CPU with the jobs it places, and a planner starved by 30 ranks on
+# 2 cores took 4-5x its own time, which the replay's clock then counted as scheduling overhead.
+PLANNER_NICE = -10
 # A rank's log holds tracebacks and library warnings (kilobytes); one that floods it must not fill
 # the disk. Checked every poll (POLL_S), so a rank may write what it manages between two checks
 # more; the log is then cut back to this size. Not RLIMIT_FSIZE in the rank: that caps every file
@@ -72,7 +79,13 @@ RANK_LOG_CAP_BYTES = 8 * 2**20
 
 @dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    planner: str = "spinsearch"
+    # the scheduler's settings: the same defaults as the simulator's (spiderflow.scheduling)
+    planner: str | Strategy = "spinsearch"
+    backfill: bool = False
+    seed: int = 0
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    search_budget: int | None = None
+    wait: bool = True  # SpinSearch's topology-aware admission (spiderflow.scheduling)
     iterations: int = 6
     warmup: int = 2
     time_scale: float = 10.0
@@ -84,7 +97,7 @@ class RunConfig:
     # host namespace), as the cost model's alpha + n / beta assumes; see docs/emulator-run.md.
     warm_tcp: bool = True
     net: NetConfig = field(default_factory=NetConfig)
-    # "emulated": ranks sleep the predicted compute; "real": they run CPU proxies (emulator.compute)
+    # "emulated": ranks sleep the predicted compute; "real": they run CPU proxies (emulator.jobs.compute)
     compute: str = "emulated"
     # fitted by `emulator calibrate`; the planner and every prediction use it
     calibration: Calibration = NO_CALIBRATION
@@ -92,6 +105,12 @@ class RunConfig:
     @property
     def dilation(self) -> float:
         return self.net.dilation
+
+    @property
+    def scheduler(self) -> SchedulerConfig:
+        return SchedulerConfig(planner=self.planner, backfill=self.backfill, seed=self.seed,
+                               time_limit_s=self.time_limit_s, search_budget=self.search_budget,
+                               calibration=self.calibration, wait=self.wait)
 
     def __post_init__(self) -> None:
         if self.iterations < 2:
@@ -107,7 +126,7 @@ class RunConfig:
 
 def warm_tcp(emu) -> None:
     """``net.ipv4.tcp_slow_start_after_idle=0`` in every host of ``emu`` (see RunConfig.warm_tcp)."""
-    from emulator.commands import sysctl_command
+    from emulator.net.linkcmds import sysctl_command
 
     argv = sysctl_command({"net.ipv4.tcp_slow_start_after_idle": "0"})
     for hosts in emu.hosts.values():
@@ -119,7 +138,7 @@ def warm_tcp(emu) -> None:
 class Rank:
     spec: RankSpec
     host: HostPlan
-    proc: subprocess.Popen  # or an emulator.pool.PooledProcess (same interface)
+    proc: subprocess.Popen  # or an emulator.jobs.pool.PooledProcess (same interface)
     log: Path | None = None  # the rank's stdout and stderr
     exit: int | None = None
 
@@ -131,23 +150,16 @@ class Rank:
 
 
 @dataclass(kw_only=True)
-class JobRun:
-    job: Job
-    arrival_s: float  # compressed, since the network came up
-    status: str = "queued"  # queued | running | ok | failed | interrupted
-    reason: str = ""
-    plan: Plan | None = None
-    segments: tuple = ()
+class JobRun(JobRecord):
+    """A job's record (``arrival_s`` compressed, since the network came up; ends ok | failed |
+    interrupted, or is rejected by the scheduler) plus its ranks and measurements."""
+
     predicted_s: float | None = None  # emulated view, link load at launch
     predicted_alone_s: float | None = None  # emulated view, no other job
     # emulated view, loaded by every job that ran at some time during this one (launched later too)
     predicted_shared_s: float | None = None
     overlapped: set = field(default_factory=set)  # job ids that ran while this one ran
-    planner_overhead_s: float = 0.0
-    start_s: float | None = None
-    end_s: float | None = None
     ranks: list[Rank] = field(default_factory=list)
-    routes: list = field(default_factory=list)
     iteration_s: list[float] = field(default_factory=list)  # measured intervals after warm-up (real-equivalent)
     iterations_done: int = 0
     startup_wall_s: float | None = None  # specs handed over -> the job's first op, wall seconds
@@ -159,6 +171,10 @@ class JobRun:
                 r.exit = r.proc.poll()
 
     @property
+    def completed(self) -> bool:
+        return self.status == "ok"
+
+    @property
     def measured_s(self) -> float | None:
         return statistics.median(self.iteration_s) if self.iteration_s else None
 
@@ -168,7 +184,7 @@ class JobRun:
         return None if m is None or self.predicted_s is None else 100.0 * (self.predicted_s - m) / m
 
     @property
-    def jct_s(self) -> float | None:
+    def jct_s(self) -> float | None:  # a failed job's too: when it ended
         return None if self.end_s is None else self.end_s - self.arrival_s
 
     def as_json(self) -> dict:
@@ -183,7 +199,7 @@ class JobRun:
                "measured_iterations": len(self.iteration_s),
                "error_pct": self.error_pct, "jct_s": self.jct_s, "queue_s":
                    None if self.start_s is None else self.start_s - self.arrival_s,
-               "startup_wall_s": self.startup_wall_s, "status": self.status}
+               "startup_wall_s": self.startup_wall_s, "admission": self.admission, "status": self.status}
         if self.status != "ok":
             out["reason"] = self.reason
         return out
@@ -191,20 +207,23 @@ class JobRun:
 
 class Runner:
     def __init__(self, topology: Topology, jobs: Sequence[Job], config: RunConfig, emu, *, out_dir: Path,
-                 log: Callable[[str], None] = lambda _m: None, pool=None) -> None:
-        """``pool``: a :class:`emulator.pool.RankPool` on ``emu`` that forks the ranks with torch already
-        imported; None starts each rank as a new process (``python -m emulator.worker``)."""
+                 log: Callable[[str], None] = lambda _m: None, pool=None, first_port: int = BASE_PORT) -> None:
+        """``pool``: a :class:`emulator.jobs.pool.RankPool` on ``emu`` that forks the ranks with torch already
+        imported; None starts each rank as a new process (``python -m emulator.jobs.worker``).
+        ``first_port``: each job's rendezvous takes the next port from here (a later replay on the same
+        network starts after the ports of the one before)."""
         self.topo, self.cfg, self.emu, self.out, self.log = topology, config, emu, Path(out_dir), log
         self.pool = pool
         self.rank_dir = self.out / "ranks"
         self.rank_dir.mkdir(parents=True, exist_ok=True)
         self.k = config.dilation
         # JobRun times are real-equivalent: wall seconds since t0 / K
-        self.jobs = [JobRun(job=j, arrival_s=j.arrival_s / config.time_scale) for j in jobs]
-        self.free_gpus = {c.name: c.total_gpus for c in topology.clusters}
+        # each job runs config.iterations (what the scheduler's admission and the summaries count)
+        self.jobs = [JobRun(job=dataclasses.replace(j, iterations=config.iterations),
+                            arrival_s=j.arrival_s / config.time_scale) for j in jobs]
         self.free_hosts: dict[str, list[HostPlan]] = {c: list(hs) for c, hs in emu.hosts.items()}
-        self.hosts_per_cluster = {c: len(hs) for c, hs in emu.hosts.items()}
-        self.next_port = BASE_PORT
+        self.sched = Scheduler(topology, config.scheduler, {c: len(hs) for c, hs in emu.hosts.items()})
+        self.next_port = first_port
         self.peak_ranks = 0  # most ranks running at once
         self.t0 = time.monotonic()
         self._launched = open(self.out / "launched.jsonl", "a", buffering=1)
@@ -223,9 +242,15 @@ class Runner:
     # ------------------------------------------------------------------ loop
     def run(self) -> list[JobRun]:
         self.t0 = time.monotonic()
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, PLANNER_NICE)
+        except PermissionError:  # not root: the scheduler shares the CPU with the ranks
+            pass
         try:
             self._loop()
         finally:
+            os.setpriority(os.PRIO_PROCESS, 0, before)
             self._launched.close()
         return self.jobs
 
@@ -242,9 +267,15 @@ class Runner:
                     dirty = True
             if dirty:
                 dirty = False
-                for j in self.jobs:
-                    if j.status == "queued" and j.arrival_s <= now:
-                        self._try_start(j)
+                queued = [j for j in self.jobs if j.status == "queued" and j.arrival_s <= now]
+                said = {id(j): j.admission for j in queued}
+                for j in self.sched.schedule(queued, self.now(), on_start=self._launch):
+                    if j.status == "rejected":
+                        j.end_s = self.now()
+                        self.log(f"{j.job.job_id}: REJECTED: {j.reason}")
+                for j in queued:
+                    if j.status == "queued" and j.admission and j.admission != said[id(j)]:
+                        self.log(f"{j.job.job_id}: {j.admission}")
             time.sleep(POLL_S)
 
     def interrupt(self) -> None:
@@ -260,11 +291,12 @@ class Runner:
         """The cost model's view of the emulated network (with the run's calibration, if any)."""
         return emulated_view(self.topo, self.cfg.net, link_load=link_load, calibration=self.cfg.calibration)
 
-    def _link_load(self) -> dict:
+    def _load_without(self, j: JobRun) -> dict:
+        """Flows per link of the running jobs other than ``j`` (what the planner saw for ``j``)."""
         load: Counter = Counter()
-        for j in self.jobs:
-            if j.status == "running":
-                for route in j.routes:
+        for o in self.sched.running:
+            if o is not j:
+                for route in o.routes:
                     for key in route:
                         load[key] += 1
         return dict(load)
@@ -274,42 +306,13 @@ class Runner:
         j.end_s = self.now()
         self.log(f"{j.job.job_id}: FAILED: {reason}")
 
-    def _try_start(self, j: JobRun) -> None:
-        job = j.job
-        if job.gpus > self.topo.total_gpus:
-            return self._fail(j, f"wants {job.gpus} GPUs, the topology has {self.topo.total_gpus}")
-        if job.gpus > sum(self.free_gpus.values()):
-            return
-        load = self._link_load()
-        all_free = all(self.free_gpus[c.name] == c.total_gpus for c in self.topo.clusters)
-        try:
-            res = run_planner(self.cfg.planner, PlacementRequest(job=job, topology=self.topo,
-                                                                 calibration=self.cfg.calibration,
-                                                                 free_gpus=dict(self.free_gpus), link_load=load))
-        except InfeasiblePlan as exc:
-            if all_free:
-                self._fail(j, f"no feasible plan on the whole topology: {exc}")
-            return
-        j.planner_overhead_s += res.overhead_s
-        plan = res.placement.plan
-        need = ranks_per_cluster(plan, self._view(load))
-        for c, k in need.items():
-            if k > self.hosts_per_cluster[c]:
-                return self._fail(j, f"its plan needs {k} ranks in {c}, the emulation has "
-                                     f"{self.hosts_per_cluster[c]} hosts per cluster (raise --hosts-per-cluster)")
-        if any(k > len(self.free_hosts[c]) for c, k in need.items()):
-            return  # wait for hosts
-        self._launch(j, plan, res.placement.segments, load)
-
-    def _launch(self, j: JobRun, plan: Plan, segments, load: dict) -> None:
-        job = j.job
+    def _launch(self, j: JobRun) -> None:
+        """Start the ranks of ``j``, which the scheduler has just planned (its GPUs and hosts counted)."""
+        job, plan, segments = j.job, j.plan, j.segments
         net = self.cfg.net
-        view = self._view(load)
-        j.plan, j.segments, j.routes = plan, tuple(segments), plan_routes(plan, self.topo)
+        view = self._view(self._load_without(j))
         j.predicted_s = predict_emulated(plan, view)
         j.predicted_alone_s = predict_emulated(plan, self._view())
-        for c, g in plan.placement.items():
-            self.free_gpus[c] -= g
         work = plan_work(plan, view)
         specs = rank_specs(work, master_addr="0.0.0.0", master_port=0, scale=net.scale, dilation=net.dilation,
                            iterations=self.cfg.iterations, out_dir=str(self.rank_dir),
@@ -318,13 +321,12 @@ class Runner:
         hosts = [self.free_hosts[w.cluster].pop(0) for w in work.ranks]
         port, self.next_port = self.next_port, self.next_port + 1
         j.start_s = self.now()
-        others = [o for o in self.jobs if o.status == "running" and o is not j]
+        others = [o for o in self.sched.running if o is not j]
         for o in others:
             o.overlapped.add(job.job_id)
         j.overlapped.update(o.job.job_id for o in others)
         running = sum(len(o.ranks) for o in others) + len(specs)
         self.peak_ranks = max(self.peak_ranks, running)
-        j.status = "running"
         for spec, host in zip(specs, hosts):
             spec = RankSpec(**{**spec.__dict__, "master_addr": hosts[0].ip, "master_port": port})
             path = self.rank_dir / f"{job.job_id}-r{spec.rank}.json"
@@ -336,18 +338,20 @@ class Runner:
             log_path = self.rank_dir / f"{job.job_id}-r{spec.rank}.log"
             role = f"{job.job_id}/r{spec.rank}"
             if self.pool is not None:
-                proc = self.pool.start(module="emulator.worker", args=[str(path)],
+                proc = self.pool.start(module="emulator.jobs.worker", args=[str(path)],
                                        env={**env, MARKER_ENV: self.emu.run_id}, log_path=str(log_path),
                                        ns_pid=self.emu.node(host.name).pid, nice=STARTUP_NICE, cwd=str(REPO),
                                        role=f"{role}@{host.name}")
             else:
                 with open(log_path, "wb") as logfile:
-                    argv = ["nice", "-n", str(STARTUP_NICE), sys.executable, "-m", "emulator.worker", str(path)]
+                    up = STARTUP_NICE - os.getpriority(os.PRIO_PROCESS, 0)  # from the replay's own priority
+                    argv = ["nice", "-n", str(up), sys.executable, "-m", "emulator.jobs.worker", str(path)]
                     proc = self.emu.popen(host.name, argv, env=env, role=role, stdout=logfile,
                                           stderr=subprocess.STDOUT, cwd=str(REPO))
             j.ranks.append(Rank(spec=spec, host=host, proc=proc, log=log_path))
             self._launched.write(json.dumps({"job_id": job.job_id, "rank": spec.rank, "pid": proc.pid,
                                              "host": host.name, "ip": host.ip, "t": j.start_s}) + "\n")
+        j.expected_end_s = j.start_s + startup_s(plan, self.topo, self.k) + self.cfg.iterations * j.predicted_s
         where = ", ".join(f"{c}:{g}" for c, g in segments)
         self.log(f"{job.job_id}: started on {where}, {len(specs)} rank(s); {describe_plan(plan)}; "
                  f"predicted {j.predicted_s:.3f} s/iteration")
@@ -411,7 +415,7 @@ class Runner:
 
     def _not_joined(self, j: JobRun, timed_out: bool) -> list[Rank]:
         """Live ranks that never reached their rendezvous (no JSON lines file yet, see
-        :mod:`emulator.worker`), if that is what failed the job: it timed out, or the ranks that
+        :mod:`emulator.jobs.worker`), if that is what failed the job: it timed out, or the ranks that
         did reach it have waited out their process-group timeout (``spec.timeout_s``, wall)."""
         absent = [r for r in j.ranks if r.exit is None and not Path(r.spec.out).exists()]
         if absent and (timed_out or self._wall_since_launch(j) >= min(r.spec.timeout_s for r in j.ranks)):
@@ -477,24 +481,14 @@ class Runner:
         j.predicted_shared_s = predict_emulated(j.plan, self._view(load))
 
     def _release(self, j: JobRun) -> None:
-        for c, g in j.plan.placement.items():
-            self.free_gpus[c] += g
+        self.sched.release(j)
         for r in j.ranks:
             self.free_hosts[r.host.cluster].append(r.host)
         for hs in self.free_hosts.values():
             hs.sort(key=lambda h: h.index)
 
     def _lines(self, job_id: str, rank: int) -> list[dict]:
-        path = self.rank_dir / f"{job_id}-r{rank}.jsonl"
-        if not path.exists():
-            return []
-        out = []
-        for text in path.read_text().splitlines():
-            try:
-                out.append(json.loads(text))
-            except json.JSONDecodeError:  # a line cut by a kill
-                continue
-        return out
+        return read_lines(self.rank_dir / f"{job_id}-r{rank}.jsonl")
 
     def _measure(self, j: JobRun) -> None:
         """Iteration intervals after warm-up (wall / K), from every rank's JSON lines (absolute

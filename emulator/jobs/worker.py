@@ -3,7 +3,7 @@
 What a rank stands for: GPUs of one pipeline stage of one replica that sit in
 one cluster. ``emulator run`` gives each (replica, stage) of a plan one rank
 and folds the stage's ``dp`` in-stage data-parallel groups and their ``tp``
-GPUs into it (:mod:`emulator.launch`, docs/emulator-run.md); the spec's byte
+GPUs into it (:mod:`emulator.jobs.launch`, docs/emulator-run.md); the spec's byte
 counts and sleeps say what the rank stands for. TP traffic stays inside a
 node and is folded into the stage's compute time; what crosses a network is real:
 
@@ -21,7 +21,7 @@ node and is folded into the stage's compute time; what crosses a network is real
 
 Compute is *emulated* by default: the rank sleeps the cost model's predicted
 forward / backward time of its stage for one micro-batch. With ``compute =
-"real"`` it runs a CPU proxy of its stage instead (:mod:`emulator.compute`,
+"real"`` it runs a CPU proxy of its stage instead (:mod:`emulator.jobs.compute`,
 shape in ``proxy``, built before the start barrier): GPT blocks sized so that
 their forward FLOPs are ``forward_s`` times the machine's probed matmul rate,
 backward by autograd. The tensors sent and received stay the real-size
@@ -30,7 +30,7 @@ timestamped and written as a JSON line as it happens; the ``start`` line
 carries ``mono``, the CLOCK_MONOTONIC origin of the rank's times, so ranks'
 times can be put on one clock.
 
-Runs alone (``python -m emulator.worker SPEC.json``) or under the torchrun
+Runs alone (``python -m emulator.jobs.worker SPEC.json``) or under the torchrun
 contract (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` override
 the spec). A collective that hangs hits the process-group timeout; the rank
 then exits with status 3 and the reason on its last JSON line. The JSON lines
@@ -53,8 +53,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.collectives import ring_all_reduce
-from emulator.compute import COMPUTE_MODES, ProxyShape, StageProxy
+from emulator.jobs.collectives import ring_all_reduce
+from emulator.jobs.compute import COMPUTE_MODES, ProxyShape, StageProxy
 from spiderflow.costmodel.schedule import one_f_one_b_order
 
 FLOAT_BYTES = 4
@@ -87,7 +87,7 @@ class RankSpec:
     prev_activation_bytes: int | None = None
     # the intra-cluster part of the gradient sync, slept before the real (WAN) part
     sync_intra_s: float = 0.0
-    # compute "real": the stage's proxy (the fields of emulator.compute.ProxyShape); None when emulated
+    # compute "real": the stage's proxy (the fields of emulator.jobs.compute.ProxyShape); None when emulated
     proxy: dict | None = None
     recompute: bool = False  # the plan recomputes activations (the proxy's forward keeps no graph)
     replica: int = 0  # the pipeline replica this rank's stage belongs to
@@ -169,7 +169,7 @@ def _groups(spec: RankSpec, dist):
 
 def sync(spec: RankSpec, groups: dict, torch, dist) -> None:
     """The stage's gradient all-reduce: a ring inside one cluster, hierarchical across clusters
-    (rings of :func:`emulator.collectives.ring_all_reduce`, the algorithm the cost model prices)."""
+    (rings of :func:`emulator.jobs.collectives.ring_all_reduce`, the algorithm the cost model prices)."""
     clusters = groups.get("clusters") or []
     if sum(len(c) for c in clusters) <= 1:
         return
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     path = argv[0] if argv else os.environ.get("SPIDERFLOW_RANK_SPEC")
     if not path:
-        print("usage: python -m emulator.worker SPEC.json (or SPIDERFLOW_RANK_SPEC)", file=sys.stderr)
+        print("usage: python -m emulator.jobs.worker SPEC.json (or SPIDERFLOW_RANK_SPEC)", file=sys.stderr)
         return 2
     return run(RankSpec.load(path))
 

@@ -10,9 +10,9 @@ import os
 import shutil
 import subprocess
 
-from emulator.commands import netem_probe_commands
-from emulator.errors import EmulatorError
-from emulator.executor import Executor
+from emulator.net.linkcmds import netem_probe_commands
+from spiderflow.errors import EmulatorError
+from emulator.net.executor import Executor
 
 TOOLS = ("mnexec", "ip", "tc", "iptables", "sysctl", "unshare", "iperf3")
 NOT_ROOT = "run with sudo: the emulator needs root (network namespaces, tc, iptables)"

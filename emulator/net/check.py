@@ -1,9 +1,9 @@
 """``sudo python -m emulator check``: build the network, measure every link, tear down.
 
 Measures both directions of every WAN link and of one host pair per cluster
-(see :mod:`emulator.measure` for exactly what each measurement crosses),
+(see :mod:`emulator.net.measure` for exactly what each measurement crosses),
 prints configured vs measured with the shaping mechanism, and exits 1 if
-any is outside the tolerance of :mod:`emulator.tolerance`. Progress goes to
+any is outside the tolerance of :mod:`emulator.net.tolerance`. Progress goes to
 stderr, the table (or ``--json``) to stdout.
 """
 
@@ -15,12 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from emulator.capability import require_root
-from emulator.dilation import Choice, parse_dilation
-from emulator.measure import Result, measure_all
-from emulator.network import Emulation
-from emulator.plan import MAX_HOSTS, MECHANISMS, NetConfig
-from emulator.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, problems
+from emulator.net.capability import require_root
+from emulator.jobs.dilation import Choice, parse_dilation
+from emulator.net.measure import Result, measure_all
+from emulator.net.emulation import Emulation
+from emulator.net.layout import MAX_HOSTS, MECHANISMS, NetConfig
+from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, problems
 from spiderflow.cliutil import dumps, float_in, int_in
 from spiderflow.topology import load_topology
 
@@ -59,7 +59,7 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                              "on the gateways (default %(default)s)")
     parser.add_argument("--dilation", type=parse_dilation, default="auto", metavar="K|auto",
                         help="time dilation: wire rates / K, delays x K (and in run/calibrate compute x K, "
-                             "measured times / K); wall time grows K-fold. auto: see emulator/dilation.py "
+                             "measured times / K); wall time grows K-fold. auto: see emulator/jobs/dilation.py "
                              "(default %(default)s)")
 
 
@@ -76,7 +76,7 @@ def resolve_topology(path: str) -> str:
     """``path`` as given, or relative to the repository when run from elsewhere."""
     if Path(path).exists() or Path(path).is_absolute():
         return path
-    repo = Path(__file__).resolve().parent.parent / path
+    repo = Path(__file__).resolve().parents[2] / path
     return str(repo) if repo.exists() else path
 
 

@@ -1,6 +1,6 @@
 """``python -m emulator clean``: remove what a crashed emulation left.
 
-Reads the state file (see :mod:`emulator.state`) and ends exactly the
+Reads the state file (see :mod:`emulator.net.state`) and ends exactly the
 processes it lists or that carry its run's marker; their namespaces, veths,
 bridges and iptables rules go with them. Refuses while an emulation is
 running (its lock is held): stop that one instead.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from emulator.capability import require_root
-from emulator.state import StateStore, remove_leftovers
+from emulator.net.capability import require_root
+from emulator.net.state import StateStore, remove_leftovers
 
 HELP = "remove what a crashed emulation left (namespaces, links, daemons), using its state file"
 

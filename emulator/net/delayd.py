@@ -19,7 +19,7 @@ it releases whatever is due (one batch verdict per queue), then reads at most
 ``READ_BATCH`` packets before checking the clock again, so a burst on one
 queue cannot starve releases on another.
 
-Run: ``python -m emulator.delayd --queue NUM:DELAY_MS[:JITTER_MS[:LOSS_PCT]] ...``.
+Run: ``python -m emulator.net.delayd --queue NUM:DELAY_MS[:JITTER_MS[:LOSS_PCT]] ...``.
 It prints ``ready`` on stdout once every queue is bound, exits 0 on SIGTERM or
 SIGINT and, with ``--stats FILE``, writes its counters there as JSON on exit
 and on SIGUSR1 (lateness = release time minus due time, the stage's own error).
@@ -40,7 +40,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from emulator.nfq import NF_ACCEPT, NF_DROP, QueueSocket
+from emulator.net.nfq import NF_ACCEPT, NF_DROP, QueueSocket
 
 READ_BATCH = 64
 IDLE_WAKE_S = 0.25
@@ -221,7 +221,7 @@ def _prioritise() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulator.delayd", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m emulator.net.delayd", description=__doc__.split("\n")[0])
     parser.add_argument("--queue", action="append", required=True, type=QueueSpec.parse,
                         help="NUM:DELAY_MS[:JITTER_MS[:LOSS_PCT]], once per queue")
     parser.add_argument("--maxlen", type=int, default=65536, help="packets a queue may hold")

@@ -1,7 +1,7 @@
 """``Emulation``: a Mininet network shaped like a topology, owned by a context manager.
 
-    from emulator.network import Emulation
-    from emulator.plan import NetConfig
+    from emulator.net.emulation import Emulation
+    from emulator.net.layout import NetConfig
     with Emulation(load_topology("topologies/default.yaml"), NetConfig(hosts_per_cluster=2)) as emu:
         emu.hosts["oregon"]              # [HostPlan(name="oregon-h0", ip="10.1.0.10", intf="eth0"), ...]
         proc = emu.popen("oregon-h0", ["python", "-m", "worker"], env={...})
@@ -10,9 +10,9 @@
 Each cluster is K Mininet hosts (one per emulated rank) and a gateway router
 host; the router's namespace holds the cluster's Linux bridge (so nothing of
 ours exists in the root namespace), its WAN interfaces and, on kernels without
-``sch_netem``, a delay daemon (:mod:`emulator.delayd`) fed by iptables NFQUEUE
-rules in its FORWARD chain. See :mod:`emulator.plan` for names, addresses,
-scaling and routing, :mod:`emulator.commands` for the exact shaping.
+``sch_netem``, a delay daemon (:mod:`emulator.net.delayd`) fed by iptables NFQUEUE
+rules in its FORWARD chain. See :mod:`emulator.net.layout` for names, addresses,
+scaling and routing, :mod:`emulator.net.linkcmds` for the exact shaping.
 
 Ownership: ``__exit__`` tears down exactly what ``__enter__`` made, on normal
 exit, on an exception, on SIGINT (KeyboardInterrupt) and on SIGTERM (turned
@@ -20,7 +20,7 @@ into ``SystemExit(143)`` while the emulation is up; signals are ignored during
 teardown so a second Ctrl-C cannot interrupt it). Every process we start gets
 ``PR_SET_PDEATHSIG=SIGKILL``, so even if the owner is SIGKILLed the kernel
 kills the shells and daemons and the namespaces collapse; the state file
-(:mod:`emulator.state`) lets ``python -m emulator clean`` finish any rest.
+(:mod:`emulator.net.state`) lets ``python -m emulator clean`` finish any rest.
 Build and use an Emulation from one thread (normally the main one): the
 death signal follows the thread that started each process.
 
@@ -50,13 +50,13 @@ from mininet.link import Link as MnLink
 from mininet.net import Mininet
 from mininet.node import Host
 
-from emulator import commands as cmd
-from emulator.capability import choose_mechanism, kernel_has_netem, require_root, require_tools
-from emulator.delayd import QueueSpec
-from emulator.errors import EmulatorError
-from emulator.executor import Executor
-from emulator.plan import HostPlan, NetConfig, NetPlan, build_plan, wan_dev
-from emulator.state import MARKER_ENV, RUN_DIR_PREFIX, ProcRecord, StateStore, end_processes, \
+from emulator.net import linkcmds as cmd
+from emulator.net.capability import choose_mechanism, kernel_has_netem, require_root, require_tools
+from emulator.net.delayd import QueueSpec
+from spiderflow.errors import EmulatorError
+from emulator.net.executor import Executor
+from emulator.net.layout import HostPlan, NetConfig, NetPlan, build_plan, wan_dev
+from emulator.net.state import MARKER_ENV, RUN_DIR_PREFIX, ProcRecord, StateStore, end_processes, \
     proc_starttime, remove_leftovers
 from spiderflow.topology import Topology
 
@@ -258,7 +258,7 @@ class Emulation:
                  f"({self.build_s:.1f} s)")
 
     def _local_resolver(self) -> None:
-        """Every host gets a resolv.conf of its own (:func:`emulator.commands.local_resolver_commands`),
+        """Every host gets a resolv.conf of its own (:func:`emulator.net.linkcmds.local_resolver_commands`),
         bind-mounted in its own mount namespace; refused if a host shares ours."""
         resolv = self._run_dir / "resolv.conf"
         resolv.write_text("# emulated host: no DNS server (a lookup fails at once)\nnameserver 127.0.0.1\n")
@@ -278,13 +278,13 @@ class Emulation:
                 continue
             specs = [QueueSpec(num=p.queue, delay_ms=p.shape.delay_ms, jitter_ms=p.shape.jitter_ms,
                                loss_pct=p.shape.loss_pct) for p in c.router.wan]
-            argv = [sys.executable, "-m", "emulator.delayd", "--stats",
+            argv = [sys.executable, "-m", "emulator.net.delayd", "--stats",
                     str(self._run_dir / f"delayd-{c.name}.json")]
             for spec in specs:
                 argv += ["--queue", spec.arg()]
             logfile = open(self._run_dir / f"{c.router.name}.log", "wb")
             proc = self.popen(c.router.name, argv, role="delayd", stdout=subprocess.PIPE,
-                              stderr=logfile, cwd=str(Path(__file__).resolve().parent.parent))
+                              stderr=logfile, cwd=str(Path(__file__).resolve().parents[2]))
             logfile.close()
             started.append((c.router.name, proc))
         deadline = time.monotonic() + DAEMON_READY_TIMEOUT_S

@@ -1,6 +1,6 @@
 """Run configuration commands inside nodes, checking every exit code.
 
-The one place that executes :mod:`emulator.commands` output. Commands are
+The one place that executes :mod:`emulator.net.linkcmds` output. Commands are
 argument lists, entered into a node's namespaces with Mininet's ``mnexec -a
 PID`` (no shell anywhere); a non-zero exit raises :class:`EmulatorError`
 naming the node, the command and the tool's last line of error output.
@@ -12,7 +12,7 @@ import shlex
 import subprocess
 from collections.abc import Callable, Iterable
 
-from emulator.errors import EmulatorError
+from spiderflow.errors import EmulatorError
 
 DEFAULT_TIMEOUT_S = 30.0
 

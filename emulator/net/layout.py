@@ -1,7 +1,7 @@
 """Topology -> network plan: names, addresses, link shapes, routes. Pure data.
 
-Nothing here touches the system; :mod:`emulator.network` turns a
-:class:`NetPlan` into namespaces, and :mod:`emulator.commands` turns its parts
+Nothing here touches the system; :mod:`emulator.net.emulation` turns a
+:class:`NetPlan` into namespaces, and :mod:`emulator.net.linkcmds` turns its parts
 into command lines.
 
 Layout of one cluster ``c`` (index ``i`` in the topology):
@@ -36,9 +36,10 @@ source's own path leaves a transit router by a different link (possible with
 from __future__ import annotations
 
 import ipaddress
+import itertools
 from dataclasses import dataclass
 
-from emulator.errors import EmulatorError
+from spiderflow.errors import EmulatorError
 from spiderflow.topology import Cluster, Link, Topology
 
 MECHANISMS = ("auto", "netem", "nfqueue")
@@ -217,11 +218,26 @@ def wan_dev(peer: str) -> str:
     return f"w-{peer}"
 
 
-def link_shape(link: Link, config: NetConfig) -> Shape:
+def longest_rtt_ms(topo: Topology) -> dict[tuple[str, str], float]:
+    """Per link: the longest round trip (real ms) of the routes that cross it. A router's buffer
+    is sized to the flows it carries: a flow between far clusters over a short link needs its own
+    path's bandwidth-delay product queued there, or TCP loses packets at every burst."""
+    longest = {link.key: 2.0 * link.latency_ms for link in topo.links}
+    for a, b in itertools.combinations(topo.names, 2):
+        path = topo.path(a, b)
+        for link in path.links:
+            longest[link.key] = max(longest[link.key], 2.0 * path.latency_ms)
+    return longest
+
+
+def link_shape(link: Link, config: NetConfig, rtt_ms: float | None = None) -> Shape:
+    """The shape of ``link`` on the wire; its queue holds ``queue_bdp`` bandwidth-delay products at
+    the round trip ``rtt_ms`` (the longest route across it, :func:`longest_rtt_ms`; default its own)."""
     goodput = link.bandwidth_gbps * 1000.0 / config.wire_divisor
     delay_ms = link.latency_ms * config.dilation
     wire_bytes_per_s = goodput * GOODPUT_TO_WIRE * 1e6 / 8
-    queue = int(config.queue_bdp * wire_bytes_per_s * 2 * delay_ms / 1e3)
+    rtt_wire_ms = (2.0 * link.latency_ms if rtt_ms is None else rtt_ms) * config.dilation
+    queue = int(config.queue_bdp * wire_bytes_per_s * rtt_wire_ms / 1e3)
     return Shape(goodput_mbps=goodput, delay_ms=delay_ms, jitter_ms=link.jitter_ms * config.dilation,
                  loss_pct=link.loss_pct, queue_bytes=max(queue, MIN_QUEUE_BYTES))
 
@@ -283,6 +299,7 @@ def build_plan(topo: Topology, config: NetConfig) -> NetPlan:
     subnets = {name: lan_subnet(i) for name, i in index.items()}
     link_nets = {link.key: wan_subnet(k) for k, link in enumerate(topo.links)}
     main, policy = next_hops(topo)
+    rtt = longest_rtt_ms(topo)
 
     def wan_ip(a: str, b: str) -> str:
         link = topo.link(a, b)
@@ -300,7 +317,7 @@ def build_plan(topo: Topology, config: NetConfig) -> NetPlan:
             for j in range(config.hosts_per_cluster))
         wan = tuple(
             WanPort(dev=wan_dev(peer), peer=peer, ip=wan_ip(name, peer), peer_ip=wan_ip(peer, name),
-                    prefix_len=30, queue=q, shape=link_shape(link, config))
+                    prefix_len=30, queue=q, shape=link_shape(link, config, rtt[link.key]))
             for q, (peer, link) in enumerate(topo.neighbours(name)))
         routes = [Route(dst=str(subnets[d]), via=wan_ip(nh, name), dev=wan_dev(nh))
                   for d, nh in main[name].items()]

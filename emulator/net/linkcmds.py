@@ -1,7 +1,7 @@
 """Command lines that configure one namespace, as argument lists. Pure.
 
 Each function returns ``list[list[str]]`` to be run, in order, inside the
-named node by :class:`emulator.executor.Executor` (which checks every exit
+named node by :class:`emulator.net.executor.Executor` (which checks every exit
 code). Nothing here is ever joined into a shell string.
 
 Shaping (per direction, on the egress of the interface that sends):
@@ -22,12 +22,12 @@ Shaping (per direction, on the egress of the interface that sends):
 - delay: with ``netem`` the leaf is ``netem delay D [J distribution normal]
   [loss L%]`` instead (rate, then delay, as Mininet's TCIntf does); without
   it, :func:`nfqueue_commands` sends the router's forwarded WAN egress to a
-  queue that :mod:`emulator.delayd` holds for the delay.
+  queue that :mod:`emulator.net.delayd` holds for the delay.
 """
 
 from __future__ import annotations
 
-from emulator.plan import LAN_BRIDGE, ClusterPlan, HostPlan, NetPlan, RouterPlan, Route, Shape, WanPort
+from emulator.net.layout import LAN_BRIDGE, ClusterPlan, HostPlan, NetPlan, RouterPlan, Route, Shape, WanPort
 
 MTU_PACKET = 1514
 # Hosts' GSO packet cap (``ip link set eth0 gso_max_size``, 64 KiB by default). Smaller means

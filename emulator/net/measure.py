@@ -16,7 +16,7 @@ Throughput is iperf3 TCP goodput as the receiver reads it (median of its
 1-s intervals, see :func:`receiver_goodput_mbps`) after a warm-up that
 excludes slow start: at least ``wan_omit_s`` and at least ``WARMUP_RTTS``
 round trips (a 230 ms RTT path needs ~4 s to reach its rate). Delay is the
-median of UDP probes per direction (:mod:`emulator.probe`), measured before
+median of UDP probes per direction (:mod:`emulator.net.probe`), measured before
 any throughput test, on idle links.
 Flows on different links run concurrently (one direction of every link per
 round, so a link's reverse direction carries only that flow's ACKs);
@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from emulator.commands import pin_commands
-from emulator.errors import EmulatorError
-from emulator.tolerance import bandwidth_ok, delay_ok
+from emulator.net.linkcmds import pin_commands
+from spiderflow.errors import EmulatorError
+from emulator.net.tolerance import bandwidth_ok, delay_ok
 
 ECHO_PORT = 7777
 WARMUP_RTTS = 15
@@ -162,14 +162,14 @@ def measure_delays(emu, pairs: list[Target], *, count: int = 20, interval_s: flo
     echoes = {}
     for t in pairs:
         if t.dst not in echoes:
-            proc = emu.popen(t.dst, _python("emulator.probe", "echo", "--port", str(ECHO_PORT)),
+            proc = emu.popen(t.dst, _python("emulator.net.probe", "echo", "--port", str(ECHO_PORT)),
                              role="probe-echo", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             echoes[t.dst] = proc
     for host, proc in echoes.items():
         _wait_line(proc, b"ready", 15.0, f"{host}: delay probe echo")
     senders = []
     for t in pairs:
-        argv = _python("emulator.probe", "send", "--to", t.dst_ip, "--port", str(ECHO_PORT),
+        argv = _python("emulator.net.probe", "send", "--to", t.dst_ip, "--port", str(ECHO_PORT),
                        "--count", str(count), "--interval", str(interval_s), "--wait-go")
         senders.append((t, emu.popen(t.src, argv, role="probe", stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)))

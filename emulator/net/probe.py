@@ -14,8 +14,8 @@ stdin, so many senders can start (Python start-up is CPU-heavy) before any
 of them measures. The first probe (which pays for ARP along the path) is sent
 but not counted;
 the report is JSON on stdout: ``{"forward_ms": [...], "reverse_ms": [...],
-"lost": n}``. Run: ``python -m emulator.probe echo --port P`` and ``python -m
-emulator.probe send --to IP --port P``.
+"lost": n}``. Run: ``python -m emulator.net.probe echo --port P`` and ``python -m
+emulator.net.probe send --to IP --port P``.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def send(to: str, port: int, count: int, interval_s: float, wait_s: float, *, wa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m emulator.probe")
+    parser = argparse.ArgumentParser(prog="python -m emulator.net.probe")
     sub = parser.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("echo")
     e.add_argument("--port", type=int, required=True)

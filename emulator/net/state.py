@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.errors import EmulatorError
+from spiderflow.errors import EmulatorError
 
 MARKER_ENV = "SPIDERFLOW_EMULATION"
 STATE_DIR_ENV = "SPIDERFLOW_STATE_DIR"

@@ -15,7 +15,7 @@ from spiderflow.costmodel.memory import StageMemory, stage_memory
 from spiderflow.costmodel.network import GBPS, Channel, MatrixView, TopologyView
 from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, floor_1f1b, simulate_1f1b
 from spiderflow.costmodel.stages import StageCost
-from spiderflow.costmodel.work import (PlanWork, RankWork, plan_work, price, replica_work, stage_costs,
+from spiderflow.costmodel.work import (PlanWork, RankWork, crowd_of, plan_work, price, replica_work, stage_costs,
                                        stage_syncs)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
@@ -33,10 +33,16 @@ class Prediction:
     memory_gb_per_gpu: float  # the largest stage's need
     memory: tuple[StageMemory, ...]
     timeline: Timeline
+    # bubble_s split by what the busiest stage waits on (from the exact timeline, see _waits):
+    # iteration_s = compute_s + exposed_p2p_s + compute_wait_s + dp_sync_s
+    exposed_p2p_s: float = 0.0  # waiting while a transfer it needs is on a link (or queued for one)
+    compute_wait_s: float = 0.0  # waiting on other stages' compute: pipeline fill, drain, slower stages
+    dp_sync_total_s: float = 0.0  # the longest stage's gradient sync, hidden or not (dp_sync_s is the exposed part)
 
     def as_dict(self) -> dict:
         return {"iteration_s": self.iteration_s, "compute_s": self.compute_s, "p2p_s": self.p2p_s,
-                "dp_sync_s": self.dp_sync_s, "bubble_s": self.bubble_s}
+                "dp_sync_s": self.dp_sync_s, "bubble_s": self.bubble_s, "exposed_p2p_s": self.exposed_p2p_s,
+                "compute_wait_s": self.compute_wait_s, "dp_sync_total_s": self.dp_sync_total_s}
 
 
 def predict(plan: Plan, view: TopologyView, *, check_memory: bool = True) -> Prediction:
@@ -68,17 +74,85 @@ def _predict(plan: Plan, view: TopologyView, check_memory: bool) -> Prediction:
             best = (tl, costs)
     tl, costs = best
     m = plan.micro_batches
-    busiest = max(c.forward_s + c.backward_s for c in costs) * m
+    work = [c.forward_s + c.backward_s for c in costs]
+    busiest = max(work) * m
+    bubble = max(tl.pipeline_s - busiest, 0.0)
+    exposed_p2p = min(_exposed_p2p(costs, tl, work.index(max(work))), bubble)
     return Prediction(
         iteration_s=tl.iteration_s,
         compute_s=busiest,
         p2p_s=max(max(c.send_forward_s, c.send_backward_s) for c in costs) * m,
         dp_sync_s=tl.iteration_s - tl.pipeline_s,
-        bubble_s=max(tl.pipeline_s - busiest, 0.0),
+        bubble_s=bubble,
         memory_gb_per_gpu=max(s.need_gb for s in mem),
         memory=tuple(mem),
         timeline=tl,
+        exposed_p2p_s=exposed_p2p,
+        compute_wait_s=max(bubble - exposed_p2p, 0.0),
+        dp_sync_total_s=max((op[3] - op[2] for ops in tl.ops for op in ops if op[0] == "S"), default=0.0),
     )
+
+
+def _exposed_p2p(costs: list[StageCost], tl: Timeline, busiest: int) -> float:
+    """Of the time stage ``busiest`` is idle before the pipeline ends, the part spent waiting on a transfer.
+
+    Every idle interval of that stage (before an op whose input had not arrived, and after its last op
+    until the pipeline ends) is explained by walking the schedule's critical chain back from the op
+    that ends it: an op started when its stage became free (then the previous op on that stage
+    explains the time before it) or when its input arrived (then the transfer, from its producer's
+    end to the arrival, queueing for the link included, explains that span and the producer the time
+    before). The chain's transfer spans inside the idle interval are exposed p2p; its compute spans
+    (other stages' ops) are waiting on compute. Transfer times are re-derived exactly as
+    :func:`~spiderflow.costmodel.schedule.simulate_1f1b` derives them. O(S * m).
+    """
+    S, last = len(costs), len(costs) - 1
+    ops = tl.ops
+    index = [{(kind, k): n for n, (kind, k, _, _) in enumerate(stage) if kind != "S"} for stage in ops]
+    arrival: dict[tuple[int, str, int], float] = {}  # (receiving stage, kind, micro-batch) -> input arrival
+    for i in range(S):
+        for kind, send, lat, to in (("F", costs[i].send_forward_s, costs[i].send_forward_latency_s, i + 1),
+                                    ("B", costs[i].send_backward_s, costs[i].send_backward_latency_s, i - 1)):
+            if not 0 <= to < S:
+                continue
+            chan = 0.0
+            for op_kind, k, _, end in ops[i]:  # each kind's ops run in micro-batch order
+                if op_kind == kind:
+                    t0 = end if end > chan else chan
+                    chan = t0 + send - lat
+                    arrival[(to, kind, k)] = t0 + send
+
+    def walk(i: int, n: int, lo: float, hi: float) -> float:
+        """Transfer time inside [lo, hi] on the chain that ends with op n of stage i starting."""
+        p2p = 0.0
+        while True:
+            kind, k, start, _ = ops[i][n]
+            if start <= lo:
+                return p2p
+            if n > 0 and ops[i][n - 1][3] >= start:  # started when its stage became free
+                n -= 1
+                continue
+            if kind == "F" and i > 0:
+                j = i - 1
+            elif kind == "B" and i < last:
+                j = i + 1
+            else:  # the first op, or the last stage's backward after its own forward
+                return p2p
+            producer = index[j][(kind, k)]
+            end = ops[j][producer][3]
+            p2p += max(0.0, min(arrival[(i, kind, k)], hi) - max(end, lo))
+            i, n = j, producer
+
+    mine = [op for op in ops[busiest] if op[0] != "S"]
+    exposed, t_free = 0.0, 0.0
+    for n, (_, _, start, end) in enumerate(mine):
+        if start > t_free:
+            exposed += walk(busiest, n, t_free, start)
+        t_free = end
+    if tl.pipeline_s > t_free:  # the drain after its last op: the chain of the op that ends the pipeline
+        i = max(range(S), key=lambda s: max(op[3] for op in ops[s] if op[0] != "S"))
+        n = max(index[i].values())
+        exposed += walk(i, n, t_free, tl.pipeline_s)
+    return exposed
 
 
 def estimate(plan: Plan, view: TopologyView) -> float:
@@ -96,9 +170,10 @@ def replica_works(plan: Plan, view: TopologyView) -> list[list[RankWork]]:
     return [replica_work(plan, view, r, syncs) for r in _distinct_replicas(plan)]
 
 
-def estimate_works(works: list[list[RankWork]], micro_batches: int, view: TopologyView) -> float:
-    """``estimate`` of the plan whose :func:`replica_works` these are, on ``view``."""
-    return max(estimate_1f1b(price(items, view), micro_batches) for items in works)
+def estimate_works(works: list[list[RankWork]], plan: Plan, view: TopologyView) -> float:
+    """``estimate`` of ``plan``, whose :func:`replica_works` these are, on ``view``."""
+    crowd = crowd_of(plan, view)
+    return max(estimate_1f1b(price(items, view, crowd), plan.micro_batches) for items in works)
 
 
 def schedule_bounds(plan: Plan, view: TopologyView) -> tuple[float, float]:

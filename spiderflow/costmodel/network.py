@@ -68,6 +68,26 @@ class TopologyView:
             / path.bandwidth_gbps
         return Channel(alpha + self.calibration.per_message_overhead_s, base_gbps * frac * GBPS)
 
+    def p2p_crowded(self, a: str, b: str, crowd: tuple[tuple[tuple[str, str], int], ...]) -> Channel:
+        """``p2p(a, b)`` when the job's own transfers crowd its route: ``crowd`` maps a directed hop
+        ``(from, to)`` to how many of the job's transfers cross it in that direction (see
+        :func:`spiderflow.costmodel.work.self_crowd`); on a hop crossed by k of them each gets 1/k
+        of what the view gives that link, as on a ring (:meth:`ring`). The published planners'
+        matrix view does not see it (``shares_links`` False)."""
+        key = ("p2p-crowded", a, b, crowd)
+        if key not in self._memo:
+            base = self.p2p(a, b)
+            counts = dict(crowd)
+            path = self.topology.path(a, b)
+            hops = list(zip(path.clusters, path.clusters[1:]))
+            if a == b or not self.shares_links or all(counts.get(h, 1) <= 1 for h in hops):
+                self._memo[key] = base
+            else:
+                gbps = [self._share(l.key, l.bandwidth_gbps) * l.bandwidth_gbps for l in path.links]
+                crowded = min(g / max(1, counts.get(h, 1)) for g, h in zip(gbps, hops))
+                self._memo[key] = Channel(base.alpha_s, base.bytes_per_s * crowded / min(gbps))
+        return self._memo[key]
+
     def intra(self, cluster: str, *, spans_nodes: bool) -> Channel:
         # A calibration's intra entry is the inter-node network it measured (the emulator's hosts),
         # never NVLink inside a node.

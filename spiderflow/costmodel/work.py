@@ -31,6 +31,7 @@ from typing import NamedTuple
 from spiderflow.costmodel.network import TopologyView
 from spiderflow.costmodel.stages import StageCost, intra_sync_s, stage_compute_s, stage_params, wan_sync_s
 from spiderflow.plan import Plan
+from spiderflow.topology import Topology
 from spiderflow.workload import GRAD_BYTES_PER_PARAM
 
 
@@ -141,17 +142,37 @@ def plan_work(plan: Plan, view: TopologyView) -> PlanWork:
     return view._memo[key]
 
 
-def price(items: list[RankWork], view: TopologyView) -> list[StageCost]:
+def self_crowd(plan: Plan, topology: Topology) -> tuple[tuple[tuple[str, str], int], ...]:
+    """Directed WAN hops ``(from, to)`` that more than one of the plan's own pipeline transfers
+    cross in the same direction (activations down and gradients up every replica's pipeline,
+    along the topology's routes), with how many: a 3-stage pipeline a -> c -> b whose a -> c
+    route runs through b sends c's input and b's gradient for c over b -> c at once. Those
+    transfers share the hop (:meth:`~spiderflow.costmodel.network.TopologyView.p2p_crowded`)."""
+    counts: dict[tuple[str, str], int] = {}
+    for rep in plan.replicas:
+        for s, t in zip(rep, rep[1:]):
+            if s.cluster == t.cluster:
+                continue
+            for a, b in ((s.cluster, t.cluster), (t.cluster, s.cluster)):
+                path = topology.path(a, b)
+                for hop in zip(path.clusters, path.clusters[1:]):
+                    counts[hop] = counts.get(hop, 0) + 1
+    return tuple(sorted((h, k) for h, k in counts.items() if k > 1))
+
+
+def price(items: list[RankWork], view: TopologyView,
+          crowd: tuple[tuple[tuple[str, str], int], ...] = ()) -> list[StageCost]:
     """The cost of one replica's work items (stage order) on ``view``: p2p ``alpha + n / beta`` over
-    each boundary's path, the WAN sync a ring over the stage's clusters (DESIGN.md)."""
+    each boundary's path (sharing hops the plan's own transfers crowd, ``crowd`` from
+    :func:`self_crowd`), the WAN sync a ring over the stage's clusters (DESIGN.md)."""
     out = []
     for w in items:
         send_f = lat_f = send_b = lat_b = 0.0
         if w.next_cluster is not None:
-            chan = view.p2p(w.cluster, w.next_cluster)
+            chan = view.p2p_crowded(w.cluster, w.next_cluster, crowd) if crowd else view.p2p(w.cluster, w.next_cluster)
             send_f, lat_f = chan.time(w.next_bytes), chan.alpha_s
         if w.prev_cluster is not None:
-            chan = view.p2p(w.cluster, w.prev_cluster)
+            chan = view.p2p_crowded(w.cluster, w.prev_cluster, crowd) if crowd else view.p2p(w.cluster, w.prev_cluster)
             send_b, lat_b = chan.time(w.prev_bytes), chan.alpha_s
         wan = wan_sync_s(w.grad_bytes, w.sync_clusters, view) if len(w.sync_clusters) > 1 else 0.0
         out.append(StageCost(w.forward_s, w.backward_s, send_f, send_b, w.sync_intra_s, wan,
@@ -163,4 +184,15 @@ def price(items: list[RankWork], view: TopologyView) -> list[StageCost]:
 def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
                 syncs: list[tuple[float, tuple[str, ...], float]] | None = None) -> list[StageCost]:
     """Costs of one replica's stages: its work items, priced (``syncs`` may be shared by replicas)."""
-    return price(replica_work(plan, view, replica, syncs), view)
+    return price(replica_work(plan, view, replica, syncs), view, crowd_of(plan, view))
+
+
+def crowd_of(plan: Plan, view: TopologyView) -> tuple:
+    """:func:`self_crowd` of ``plan`` on ``view``'s topology (memoised on the view); none on a view
+    that does not see shared links."""
+    if not view.shares_links:
+        return ()
+    key = ("crowd", plan)
+    if key not in view._memo:
+        view._memo[key] = self_crowd(plan, view.topology)
+    return view._memo[key]

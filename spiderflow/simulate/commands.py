@@ -8,15 +8,15 @@ import sys
 from pathlib import Path
 
 from spiderflow import shipped
-from spiderflow.cliutil import (MAX_SEARCH_BUDGET, MAX_SEED, MAX_TIME_LIMIT_S, dumps, int_in, name_list, output_dir,
-                                seed_arg, time_limit_arg)
+from spiderflow.cliutil import add_scheduler_arguments, dumps, int_in, name_list, output_dir
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, simulate
-from spiderflow.simulate.metrics import SUMMARY_KEYS, jct_cdf_png, summarise, write_rows
+from spiderflow.simulate.metrics import (SUMMARY_KEYS, human_count, human_duration, human_pct, jct_cdf_png,
+                                        summarise, write_rows)
 from spiderflow.topology import load_topology
 from spiderflow.traces import FORMATS, load_trace
 from spiderflow.traces.cli import add_trace  # noqa: F401  (the `trace` subcommands live with the traces)
@@ -39,17 +39,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="skip (and count) rows that do not parse instead of stopping at the first")
     p.add_argument("--jobs", type=int_in(1, MAX_TRACE_JOBS), help="replay only the first N jobs of the trace")
-    p.add_argument("--backfill", action="store_true", help="let later jobs start when the head cannot")
     p.add_argument("--charge-overhead", action="store_true", help="add scheduling overhead to the start delay")
     p.add_argument("--calibration", help="calibration JSON from `emulator calibrate` (default: none, the "
                                          "topology's figures as given)")
     p.add_argument("--calibration-any-topology", action="store_true",
                    help="apply --calibration although it records another topology than --topology")
-    p.add_argument("--time-limit", type=time_limit_arg, default=10.0,
-                   help=f"ILP time limit per decision, seconds, in (0, {MAX_TIME_LIMIT_S:g}] (default %(default)g)")
-    p.add_argument("--search-budget", type=int_in(1, MAX_SEARCH_BUDGET),
-                   help=f"genetic trials per decision, 1..{MAX_SEARCH_BUDGET:,} (default: the paper's 4,900)")
-    p.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    add_scheduler_arguments(p)
     p.add_argument("--out", type=output_dir, help="directory for the results (made if missing)")
     p.add_argument("--json", action="store_true",
                    help="print the summary as JSON; a metric with no value (avg_jct_s when no job "
@@ -94,7 +89,7 @@ def _run(name: str, topo, jobs, cal, args) -> tuple[list, dict]:
 
     cfg = SimConfig(planner=name, backfill=args.backfill, charge_overhead=args.charge_overhead,
                     calibration=cal, seed=args.seed, time_limit_s=args.time_limit,
-                    search_budget=args.search_budget)
+                    search_budget=args.search_budget, wait=args.wait)
     with tqdm(total=len(jobs), desc=f"{name:>10}", unit="job", leave=False,
               disable=args.json) as bar:
         records = simulate(topo, jobs, cfg, progress=bar.update)
@@ -114,7 +109,7 @@ def _resolved(args, planners: list[str]) -> dict:
     return {**provenance(), "topology": args.topology, "trace": args.trace, "format": args.format, "jobs": args.jobs,
             "planners": planners, "backfill": args.backfill, "charge_overhead": args.charge_overhead,
             "calibration": args.calibration, "time_limit_s": args.time_limit,
-            "search_budget": args.search_budget, "seed": args.seed}
+            "search_budget": args.search_budget, "seed": args.seed, "wait": args.wait}
 
 
 def _none_placeable(args, records_by_planner: dict[str, list]) -> None:
@@ -143,13 +138,26 @@ def cmd_simulate(args) -> int:
     if args.json:
         print(dumps(summary))
     else:
-        for key in SUMMARY_KEYS:
-            value = summary[key]
-            if value is None:  # no value (see summarise), e.g. avg_jct_s when no job completed
-                print(f"{key:>24}: n/a")
-            else:
-                print(f"{key:>24}: {value:.4g}" if isinstance(value, float) else f"{key:>24}: {value}")
+        print(format_summary(summary))
     return 0
+
+
+def format_summary(summary: dict) -> str:
+    """The summary in human units, one metric a line ("n/a" where it has no value, see summarise);
+    ``--json`` prints the same metrics in raw SI units under their SUMMARY_KEYS names."""
+    shown = {
+        "jobs": ("jobs", str), "completed": ("completed", str), "rejected": ("rejected", str),
+        "avg_jct_s": ("avg JCT", human_duration), "p50_jct_s": ("p50 JCT", human_duration),
+        "p95_jct_s": ("p95 JCT", human_duration), "avg_queue_s": ("avg queueing", human_duration),
+        "makespan_s": ("makespan", human_duration),
+        "throughput_tokens_per_s": ("throughput", lambda v: human_count(v, "tokens/s")),
+        "jobs_per_hour": ("jobs per hour", lambda v: human_count(v)),
+        "gpu_utilization": ("GPU utilisation", human_pct),
+        "avg_overhead_s": ("avg scheduling overhead", human_duration),
+        "total_overhead_s": ("total scheduling overhead", human_duration),
+    }
+    return "\n".join(f"{label:>25}: {'n/a' if summary[key] is None else fmt(summary[key])}"
+                     for key, (label, fmt) in ((k, shown[k]) for k in SUMMARY_KEYS))  # a new key needs a line
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -163,8 +171,10 @@ def _fmt(x: float | None, spec: str, factor: float = 1.0, suffix: str = "") -> s
 
 def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
     ref = summaries.get(reference)
+    # Every ratio column points one way: > 1 means SpinSearch is better (lower JCT, higher
+    # throughput, lower overhead), < 1 that this planner is.
     lines = ["| planner | completed | avg JCT (h) | p95 JCT (h) | throughput (tokens/s) | avg overhead (ms) "
-             "| JCT vs SpinSearch | throughput: SpinSearch x | overhead: SpinSearch lower by |",
+             "| avg JCT / SpinSearch's | SpinSearch's throughput / this | overhead / SpinSearch's |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summaries.items():
         jct = _ratio(s["avg_jct_s"], ref["avg_jct_s"]) if ref else None
@@ -175,6 +185,11 @@ def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
                      f"{_fmt(s['avg_overhead_s'], '.1f', 1e3)} | {_fmt(jct, '.2f', suffix='x')} | "
                      f"{_fmt(thr, '.2f', suffix='x')} | {_fmt(ovh, '.3g', suffix='x')} |")
     return "\n".join(lines)
+
+
+def cdf_title(jobs: int, trace: str, topology: str, seed: int) -> str:
+    """The JCT CDF's title: what was replayed (the jobs actually replayed, not the trace's size)."""
+    return f"JCT CDF: {jobs} jobs of {Path(trace).name} replayed on {topology} (seed {seed})"
 
 
 def cmd_compare(args) -> int:
@@ -196,12 +211,15 @@ def cmd_compare(args) -> int:
     if out:
         (out / "summary.json").write_text(dumps({"planners": summaries}))
         (out / "config.json").write_text(dumps(_resolved(args, planners)))
-        (out / "headline.md").write_text(table + "\n")
-        jct_cdf_png(jcts, out / "jct_cdf.png", f"JCT CDF: {Path(args.trace).name} on {topo.name}")
+        (out / "headline.md").write_text(table + "\n\nEvery ratio > 1 means SpinSearch is better (lower JCT, "
+                                         "higher throughput, lower overhead).\n")
+        jct_cdf_png(jcts, out / "jct_cdf.png", cdf_title(len(jobs), args.trace, topo.name, args.seed),
+                    jobs=len(jobs))
     if args.json:
         print(dumps({"planners": summaries}))
     else:
         print(table)
+        print("\nratios > 1: SpinSearch is better (lower JCT, higher throughput, lower overhead)")
         if out:
-            print(f"\nwrote {out}/headline.md, summary.json, jobs-*.csv, jct_cdf.png")
+            print(f"\nwrote {out}/headline.md, summary.json, jobs-*.csv, jct_cdf.png and .pdf")
     return 0

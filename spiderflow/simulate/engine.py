@@ -4,95 +4,108 @@ Events (a deterministic heap, :mod:`spiderflow.simulate.events`): job
 arrivals and job completions. After every event:
 
 1. running jobs advance: ``remaining -= elapsed / iteration_s``;
-2. the queue is scheduled: FIFO; with ``backfill`` a later job may start when
-   the head cannot (first fit, no reservation). Placement + planning is done
-   by the chosen planner against the current free GPUs and link load; its
-   wall time is the job's *scheduling overhead*, added to its start with
-   ``charge_overhead`` (as the paper does). A job that no empty topology could
-   host (too many GPUs, or no plan fits memory) is rejected;
+2. the queue is scheduled by the shared :class:`~spiderflow.scheduling.Scheduler`
+   (the emulator's replay drives the same one): queue policy, placement and
+   planning against the free GPUs and the link load, rejection with a reason.
+   The planner's wall time is the job's *scheduling overhead*, added to its
+   start with ``charge_overhead`` (as the paper does; x ``overhead_scale``).
+   The scheduler decides one job at a time, as one scheduler process does:
+   with ``charge_overhead`` a decision starts when the one before it ended,
+   so a slow planner also delays the jobs queued behind the one it plans;
+   a job then needs ``startup_s`` before its first iteration (0 by default;
+   a simulation of an emulator replay sets its ranks' start-up allowance);
 3. if the set of running jobs changed, the WAN is re-shared max-min fairly
    among all running jobs' flows (:mod:`spiderflow.simulate.flows`), each
    affected job's iteration time is recomputed from its shares with the cost
    model's closed form (within 2% of the exact schedule), and its completion
    event is moved (progress-based completion).
+
+Jobs are planned on ``topology``; their iterations are priced on
+``SimConfig.priced_topology`` when given (the emulator's network, whose
+intra-cluster links are capped) and on ``topology`` otherwise; with
+``SimConfig.exact`` by the cost model's exact schedule (what the emulator's
+predictions use) instead of its closed form.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from spiderflow.costmodel import NO_CALIBRATION, Calibration, TopologyView, estimate_works, replica_works
-from spiderflow.errors import InfeasiblePlan
-from spiderflow.placement import PlacementRequest, run_planner
+from spiderflow.costmodel import NO_CALIBRATION, Calibration, TopologyView, estimate_works, predict, replica_works
+from spiderflow.placement.base import Strategy
 from spiderflow.plan import Plan
+from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig
 from spiderflow.simulate.events import EventQueue
 from spiderflow.simulate.fairshare import max_min_fair_share
-from spiderflow.simulate.flows import plan_routes
 from spiderflow.topology import Topology
 from spiderflow.workload import Job
 
 ARRIVAL, COMPLETION = 0, 1
 
 
-@dataclass
-class JobRecord:
-    job: Job
-    status: str = "queued"  # queued | running | done | rejected
-    start_s: float | None = None
-    end_s: float | None = None
-    overhead_s: float = 0.0
-    placement: dict[str, int] = field(default_factory=dict)
-    plan: Plan | None = None
+@dataclass(kw_only=True)
+class SimRecord(JobRecord):
+    """A job's record plus the simulator's progress state."""
+
     alone_iteration_s: float | None = None
     iteration_s: float | None = None
     remaining: float = 0.0
     updated_s: float = 0.0
     token: int | None = None
-    routes: list = field(default_factory=list)
     shares: tuple = ()
     shared_iteration_s: float | None = None
     shared_estimates: dict = field(default_factory=dict, repr=False)  # shares -> iteration_s
     works: list = field(default_factory=list, repr=False)  # the plan's work items (replica_works)
-    reason: str = ""
-
-    @property
-    def jct_s(self) -> float | None:
-        return None if self.end_s is None else self.end_s - self.job.arrival_s
-
-    @property
-    def queue_s(self) -> float | None:
-        return None if self.start_s is None else self.start_s - self.job.arrival_s
 
 
 @dataclass(frozen=True, kw_only=True)
 class SimConfig:
-    planner: str = "spinsearch"
+    planner: str | Strategy = "spinsearch"
     backfill: bool = False
     charge_overhead: bool = False
+    overhead_scale: float = 1.0  # charged overhead x this (1 / the dilation when replaying an emulator run)
+    # from a job's start to its first iteration: seconds, or a function of its plan
+    startup_s: float | Callable[[Plan], float] = 0.0
     calibration: Calibration = NO_CALIBRATION
     seed: int = 0
-    time_limit_s: float = 10.0
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
     search_budget: int | None = None
+    wait: bool = True  # SpinSearch's topology-aware admission (spiderflow.scheduling)
+    hosts_per_cluster: dict[str, int] | None = None  # emulated hosts: one per rank (Scheduler)
+    priced_topology: Topology | None = None
+    # price iterations with the cost model's exact 1F1B schedule (as the emulator's predictions are)
+    # instead of its closed form (faster; within a few % of it)
+    exact: bool = False
+
+    @property
+    def scheduler(self) -> SchedulerConfig:
+        return SchedulerConfig(planner=self.planner, backfill=self.backfill, seed=self.seed,
+                               time_limit_s=self.time_limit_s, search_budget=self.search_budget,
+                               calibration=self.calibration, wait=self.wait)
 
 
 class Simulation:
     def __init__(self, topology: Topology, jobs: Sequence[Job], config: SimConfig,
                  progress: Callable[[int], None] | None = None) -> None:
         self.topo, self.cfg, self.progress = topology, config, progress
-        self.records = [JobRecord(job=j) for j in jobs]
-        self.free = {c.name: c.total_gpus for c in topology.clusters}
-        self.queue: list[JobRecord] = []
-        self.running: list[JobRecord] = []
-        self.events: EventQueue[tuple[int, JobRecord]] = EventQueue()
-        self.capacity = {l.key: l.bandwidth_gbps for l in topology.links}
+        self.priced = config.priced_topology or topology
+        self.records = [SimRecord(job=j, arrival_s=j.arrival_s) for j in jobs]
+        self.sched = Scheduler(topology, config.scheduler, config.hosts_per_cluster)
+        self.queue: list[SimRecord] = []
+        self.events: EventQueue[tuple[int, SimRecord]] = EventQueue()
+        self.capacity = {l.key: l.bandwidth_gbps for l in self.priced.links}
         self.flows_changed = False  # a job with WAN flows started or ended since the last reshare
+        self.decider_free_s = 0.0  # with charge_overhead: when the scheduler's last decision ended
 
-    def run(self) -> list[JobRecord]:
+    @property
+    def running(self) -> list[SimRecord]:
+        return self.sched.running
+
+    def run(self) -> list[SimRecord]:
         for rec in self.records:
-            self.events.push(rec.job.arrival_s, (ARRIVAL, rec), priority=ARRIVAL)
+            self.events.push(rec.arrival_s, (ARRIVAL, rec), priority=ARRIVAL)
         while self.events:
             ev = self.events.pop()
             now = ev.time_s
@@ -115,78 +128,47 @@ class Simulation:
                 rec.remaining -= (now - rec.updated_s) / rec.iteration_s
                 rec.updated_s = now
 
-    def _finish(self, rec: JobRecord, now: float) -> None:
+    def _finish(self, rec: SimRecord, now: float) -> None:
         rec.status, rec.end_s, rec.remaining = "done", now, 0.0
-        self.running.remove(rec)
+        self.sched.release(rec)
         self.flows_changed |= bool(rec.routes)
         rec.works, rec.shared_estimates = [], {}  # only needed while it runs
-        for c, g in rec.placement.items():
-            self.free[c] += g
         if self.progress:
             self.progress(1)
-
-    def _link_load(self) -> dict[tuple[str, str], float]:
-        load: Counter = Counter()
-        for rec in self.running:
-            for route in rec.routes:
-                for key in route:
-                    load[key] += 1
-        return dict(load)
-
-    def _try_start(self, rec: JobRecord, now: float) -> bool:
-        job = rec.job
-        if job.gpus > self.topo.total_gpus:
-            return self._reject(rec, f"{job.job_id}: wants {job.gpus} GPUs, the topology has "
-                                     f"{self.topo.total_gpus}")
-        if job.gpus > sum(self.free.values()):
-            return False
-        req = PlacementRequest(job=job, topology=self.topo, free_gpus=dict(self.free),
-                               link_load=self._link_load(), calibration=self.cfg.calibration,
-                               seed=self.cfg.seed, time_limit_s=self.cfg.time_limit_s,
-                               search_budget=self.cfg.search_budget)
-        t0 = time.perf_counter()
-        try:
-            res = run_planner(self.cfg.planner, req, judge=False)  # only the plan and its time are used
-        except InfeasiblePlan as exc:
-            rec.overhead_s += time.perf_counter() - t0
-            if all(self.free[c.name] == c.total_gpus for c in self.topo.clusters):
-                return self._reject(rec, str(exc))
-            return False
-        rec.overhead_s += res.overhead_s
-        plan = res.placement.plan
-        rec.plan, rec.placement = plan, plan.placement
-        for c, g in rec.placement.items():
-            self.free[c] -= g
-        rec.status = "running"
-        rec.start_s = now + (rec.overhead_s if self.cfg.charge_overhead else 0.0)
-        rec.remaining = float(job.iterations)
-        rec.routes = plan_routes(plan, self.topo)
-        self.flows_changed |= bool(rec.routes)
-        alone = TopologyView(topology=self.topo, calibration=self.cfg.calibration)
-        rec.works = replica_works(plan, alone)  # fixed for the job's run; re-priced as its shares move
-        rec.alone_iteration_s = estimate_works(rec.works, plan.micro_batches, alone)
-        rec.iteration_s = None
-        rec.updated_s = rec.start_s
-        self.running.append(rec)
-        return True
-
-    def _reject(self, rec: JobRecord, reason: str) -> bool:
-        rec.status, rec.reason = "rejected", reason
-        if self.progress:
-            self.progress(1)
-        return False
 
     def _schedule(self, now: float) -> bool:
+        spent_before = [(rec, rec.overhead_s) for rec in self.queue]
+        t = max(now, self.decider_free_s) if self.cfg.charge_overhead else now
+        changed = self.sched.schedule(self.queue, t)
+        # Decisions in queue order, one after another: each job's start is when its own ended.
+        decided_at = {}
+        if self.cfg.charge_overhead:
+            for rec, before in spent_before:
+                if rec.overhead_s > before:
+                    t += (rec.overhead_s - before) * self.cfg.overhead_scale
+                    decided_at[id(rec)] = t
+            self.decider_free_s = t
         started = False
-        for rec in list(self.queue):
-            if self._try_start(rec, now):
-                self.queue.remove(rec)
+        for rec in changed:
+            self.queue.remove(rec)
+            if rec.status == "running":
+                self._start(rec, decided_at.get(id(rec), now))
                 started = True
-            elif rec.status == "rejected":
-                self.queue.remove(rec)
-            elif not self.cfg.backfill:
-                break
+            elif self.progress:  # rejected
+                self.progress(1)
         return started
+
+    def _start(self, rec: SimRecord, start_s: float) -> None:
+        """``rec`` was planned; it starts at ``start_s`` (its decision's end, see _schedule)."""
+        cfg = self.cfg
+        rec.start_s = start_s
+        rec.remaining = float(rec.job.iterations)
+        self.flows_changed |= bool(rec.routes)
+        alone = TopologyView(topology=self.priced, calibration=cfg.calibration)
+        rec.works = replica_works(rec.plan, alone)  # fixed for the job's run; re-priced as its shares move
+        rec.alone_iteration_s = self._price(rec, alone)
+        rec.iteration_s = None
+        rec.updated_s = rec.start_s + (cfg.startup_s(rec.plan) if callable(cfg.startup_s) else cfg.startup_s)
 
     def _reshare(self, now: float) -> None:
         if not self.flows_changed:
@@ -215,17 +197,21 @@ class Simulation:
                 if shares != rec.shares:  # re-estimate only when this job's shares moved
                     known = rec.shared_estimates.get(shares)  # shares seen before: same estimate
                     if known is None:
-                        view = TopologyView(topology=self.topo, calibration=self.cfg.calibration,
+                        view = TopologyView(topology=self.priced, calibration=self.cfg.calibration,
                                             link_gbps=dict(per_link))
-                        known = rec.shared_estimates[shares] = estimate_works(rec.works, rec.plan.micro_batches,
-                                                                             view)
+                        known = rec.shared_estimates[shares] = self._price(rec, view)
                     rec.shares, rec.shared_iteration_s = shares, known
                 iteration = rec.shared_iteration_s
             else:
                 iteration = rec.alone_iteration_s
             self._set_iteration(rec, iteration, now)
 
-    def _set_iteration(self, rec: JobRecord, iteration: float, now: float) -> None:
+    def _price(self, rec: SimRecord, view: TopologyView) -> float:
+        if self.cfg.exact:
+            return predict(rec.plan, view, check_memory=False).iteration_s
+        return estimate_works(rec.works, rec.plan, view)
+
+    def _set_iteration(self, rec: SimRecord, iteration: float, now: float) -> None:
         """Move ``rec``'s completion to match ``iteration`` (seconds per iteration from now on)."""
         if iteration == rec.iteration_s and rec.token is not None:
             return
@@ -233,10 +219,10 @@ class Simulation:
             self.events.cancel(rec.token)
         rec.updated_s = max(rec.updated_s, now)
         rec.iteration_s = iteration
-        rec.token = self.events.push(rec.updated_s + rec.remaining * iteration, (COMPLETION, rec),
-                                     priority=COMPLETION)
+        rec.expected_end_s = rec.updated_s + rec.remaining * iteration
+        rec.token = self.events.push(rec.expected_end_s, (COMPLETION, rec), priority=COMPLETION)
 
 
 def simulate(topology: Topology, jobs: Sequence[Job], config: SimConfig,
-             progress: Callable[[int], None] | None = None) -> list[JobRecord]:
+             progress: Callable[[int], None] | None = None) -> list[SimRecord]:
     return Simulation(topology, jobs, config, progress).run()

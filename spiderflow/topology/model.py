@@ -89,7 +89,8 @@ class Topology:
     links: tuple[Link, ...]
     routing: str = "shortest"
     source: str = "<memory>"
-    _routes: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+    # route cache; init=False so that dataclasses.replace (a topology with other links) starts a fresh one
+    _routes: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.routing not in ROUTING_RULES:

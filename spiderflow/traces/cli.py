@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from spiderflow.cliutil import MAX_SEED, float_in, int_in, output_file, power_of_two_in, seed_arg
+from spiderflow.cliutil import MAX_SEED, dumps, float_in, int_in, output_file, power_of_two_in, seed_arg
 from spiderflow.errors import ConfigError
 from spiderflow.traces.generate import (ARRIVALS, MAX_LOAD, MAX_MEAN_INTERARRIVAL_S, generate_trace,
                                         mean_gap_for_load, offered_load)
@@ -37,6 +37,8 @@ def add_trace(sub) -> None:
                    help=f"offered load in (0, {MAX_LOAD:g}] of --topology's GPUs: the mean gap between "
                         "arrivals is chosen so that sum(GPUs x run time) / (GPUs x span of arrivals) = LOAD")
     g.add_argument("--out", type=output_file, required=True, help="CSV file to write")
+    g.add_argument("--json", action="store_true",
+                   help="print what was written as one JSON object (seconds; offered_load null without --load)")
     g.set_defaults(func=cmd_trace_generate)
 
     i = tsub.add_parser("import", help="map a public GPU-cluster trace to our CSV, reporting each rule")
@@ -92,7 +94,14 @@ def cmd_trace_generate(args) -> int:
                 f"{flops / 1e12:.1f} TFLOP/s achieved; mean gap {mean:.1f} s)")
         command += f"\nmean gap {mean:.6g} s: offered load {achieved:.4f} (docs/traces.md, 'Offered load')"
     write_trace(jobs, args.out, comment=command)
-    print(f"wrote {printable(args.out)}: {len(jobs)} jobs over {jobs[-1].arrival_s / 3600:.1f} h{note}")
+    if args.json:
+        print(dumps({"out": printable(args.out), "jobs": len(jobs), "seed": args.seed, "arrival": args.arrival,
+                     "mean_interarrival_s": mean, "max_gpus": max_gpus, "last_arrival_s": jobs[-1].arrival_s,
+                     "gpus": sum(j.gpus for j in jobs),
+                     "topology": printable(args.topology) if args.topology is not None else None,
+                     "load": args.load, "offered_load": achieved if args.load is not None else None}))
+    else:
+        print(f"wrote {printable(args.out)}: {len(jobs)} jobs over {jobs[-1].arrival_s / 3600:.1f} h{note}")
     return 0
 
 

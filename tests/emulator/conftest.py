@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.state import RUN_DIR_PREFIX
+from emulator.net.state import RUN_DIR_PREFIX
 from spiderflow.topology import parse_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def snapshot(tag: str) -> dict:
     in their environment: every process an emulation starts inherits it (the
     test sets it before building), including the shells that hold the
     namespaces. Root-namespace objects, and the emulations' scratch
-    directories (emulator.state.RUN_DIR_PREFIX), are compared whole.
+    directories (emulator.net.state.RUN_DIR_PREFIX), are compared whole.
     """
     ours, netns = set(), set()
     needle = f"{TAG_ENV}={tag}".encode()

@@ -2,11 +2,11 @@
 
 import pytest
 
-from emulator.calibrate.bench import CROSS_MAX_BYTES, MAX_BYTES, _progress, bench_tests, combine, configured
-from emulator.calibrate.bench_worker import elements
+from emulator.calibrate.opbench import CROSS_MAX_BYTES, MAX_BYTES, _progress, bench_tests, combine, configured
+from emulator.calibrate.opbench_worker import elements
 from emulator.calibrate.plans import hosts_needed, plan_cases
-from emulator.launch import emulated_view, ranks_per_cluster
-from emulator.plan import NetConfig
+from emulator.jobs.launch import emulated_view, ranks_per_cluster
+from emulator.net.layout import NetConfig
 from spiderflow.topology import load_topology
 
 DEFAULT = load_topology("topologies/default.yaml")

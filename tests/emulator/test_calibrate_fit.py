@@ -7,7 +7,7 @@ import pytest
 
 from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, calibration_json, fit_alpha_beta,
                                     fit_collective, fit_compute, fit_records, read_jsonl)
-from emulator.errors import EmulatorError
+from spiderflow.errors import EmulatorError
 from spiderflow.costmodel import GBPS, load_calibration
 
 from .conftest import REPO

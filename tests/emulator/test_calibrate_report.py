@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator import cli
+from emulator import console as cli
 from emulator.calibrate.fit import fit_records, read_jsonl
-from emulator.calibrate.report import write_report
+from emulator.calibrate.report import _split_waits, write_report
 
 DATA = Path(__file__).parent / "data" / "calib_small"
 FIGURES = ("links.png", "plans_scatter.png", "timeline.png", "bandwidth_vs_size.png")
@@ -117,6 +117,8 @@ def test_figures_exist_are_pngs_of_a_readable_size_and_are_linked(report):
         path = run / "figures" / name
         width, height = is_png(path)
         assert width >= 600 and height >= 400 and path.stat().st_size > 20_000, (name, width, height)
+        assert width <= 2400 and height <= 2400, (name, width, height)
+        assert path.with_suffix(".pdf").read_bytes()[:5] == b"%PDF-", name
         assert f"(figures/{name})" in text
     timeline = text.split("## Timeline")[1]
     assert "Plan d1" in timeline and "calibrated cost model" in timeline  # d1's "predicted" says calibrated
@@ -165,3 +167,33 @@ def test_compute_records_give_a_compute_section(tmp_path):
     assert f"| a100-80gb | 0.45 | {0.45 * 0.5 / 0.6:.3f} | 2 |" in text
     assert json.loads((tmp_path / "fits.json").read_text())["gpu_efficiency"]["a100-80gb"] == \
         pytest.approx(0.45 * 0.5 / 0.6)
+
+
+def test_a_receiving_op_is_drawn_as_its_wait_then_the_predicted_compute():
+    """Stage 1 of 2: its forward receives (wait, then the predicted 0.1 s of compute); its backward
+    (last stage, input is its own forward) is all compute. Stage 0's backward receives; its forward
+    does not. Without a prediction the rank's shortest op of the kind stands for the compute."""
+    predicted = [[["F", 0, 0.0, 0.05], ["B", 0, 0.4, 0.5]], [["F", 0, 0.1, 0.2], ["B", 0, 0.2, 0.4]]]
+    stage1 = _split_waits([["F", 0, 0.0, 0.5], ["B", 0, 0.5, 0.8]], 1, 2, predicted)
+    assert stage1[0][:4] == ("F", 0, 0.0, 0.5) and stage1[0][4] == pytest.approx(0.4)  # waited 0.0-0.4
+    assert stage1[1][4] == 0.5  # the last stage's backward: no wait drawn
+    stage0 = _split_waits([["F", 0, 0.0, 0.05], ["B", 0, 0.1, 0.9], ["S", -1, 0.9, 1.0]], 0, 2, predicted)
+    assert [op[4] for op in stage0] == [0.0, pytest.approx(0.8), 0.9]
+    unpredicted = _split_waits([["F", 0, 0.0, 0.5], ["F", 1, 0.5, 0.6]], 1, 2, [])
+    assert [op[4] for op in unpredicted] == [pytest.approx(0.4), 0.5]
+
+
+def test_many_links_keep_the_figures_a_sane_size(tmp_path):
+    """paper8's calibration: 36 p2p fits and 40 collectives; the links figure grows in height, not
+    width, and the bandwidth figure names configured-bandwidth classes, not 28 pairs."""
+    run = tmp_path / "paper8"
+    src = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "calibrate-paper8"
+    run.mkdir()
+    for name in ("config.json", "microbench.jsonl", "plans.jsonl"):
+        shutil.copy(src / name, run / name)
+    shutil.copytree(src / "timelines", run / "timelines")
+    write_report(run)
+    for name in FIGURES:
+        width, height = is_png(run / "figures" / name)
+        assert 600 <= width <= 2400 and 400 <= height <= 2400, (name, width, height)
+        assert (run / "figures" / name).with_suffix(".pdf").is_file()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from emulator.tolerance import bandwidth_ok, delay_ok
+from emulator.net.tolerance import bandwidth_ok, delay_ok
 from spiderflow.costmodel import load_calibration
 
 from .conftest import REPO, TWO_CLUSTER_1G_YAML

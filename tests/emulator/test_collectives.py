@@ -10,7 +10,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 RANK = """
 import sys, torch, torch.distributed as d
-from emulator.collectives import ring_all_reduce
+from emulator.jobs.collectives import ring_all_reduce
 rank, p, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 d.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=p)
 ranks = list(range(p))[::-1]  # a ring order other than the rank order

@@ -2,7 +2,7 @@
 
 import pytest
 
-from emulator.compute import ProxyShape, StageProxy, cpu_flops_per_s, proxy_forward_flops, proxy_shape
+from emulator.jobs.compute import ProxyShape, StageProxy, cpu_flops_per_s, proxy_forward_flops, proxy_shape
 from spiderflow.workload import MODELS
 
 

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from emulator.check import real_equivalent
-from emulator.dilation import CANDIDATES, ERROR_BUDGET, choose_dilation, critical_ops, distortion, parse_dilation
-from emulator.launch import emulated_view
-from emulator.measure import Result, Target
-from emulator.plan import NetConfig
-from emulator.runner import JobRun, Rank, RunConfig, Runner
-from emulator.worker import RankSpec
+from emulator.net.check import real_equivalent
+from emulator.jobs.dilation import CANDIDATES, ERROR_BUDGET, choose_dilation, critical_ops, distortion, parse_dilation
+from emulator.jobs.launch import emulated_view
+from emulator.net.measure import Result, Target
+from emulator.net.layout import NetConfig
+from emulator.jobs.replay import JobRun, Rank, RunConfig, Runner
+from emulator.jobs.worker import RankSpec
 from spiderflow.costmodel import plan_work
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import Job
@@ -108,7 +108,7 @@ def test_runner_reports_iterations_and_startup_in_real_equivalent_and_wall_time(
 
 
 def test_a_calibration_is_applied_only_at_the_dilation_it_was_fitted_at(tmp_path):
-    from emulator.errors import EmulatorError
+    from spiderflow.errors import EmulatorError
     from emulator.run import check_calibration_dilation
     from spiderflow.costmodel import load_calibration
     from spiderflow.errors import ConfigError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator import cli
+from emulator import console as cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,6 +84,13 @@ BAD_ARGS = [
     (["calibrate", "--samples", "0"], "--samples", "'0'"),
     (["calibrate", "--iterations", "1e9"], "--iterations", "'1e9'"),
     (["calibrate", "--warmup", "x"], "--warmup", "'x'"),
+    (["compare", "--planners", "spinsearch,nope"], "--planners", "'nope'"),
+    (["compare", "--planners", "blind,blind"], "--planners", "'blind,blind'"),
+    (["compare", "--startup", "-1"], "--startup", "'-1'"),
+    (["compare", "--startup", "modle"], "--startup", "'modle'"),
+    (["compare", "--iterations", "1"], "--iterations", "'1'"),
+    (["run", "--time-limit", "0"], "--time-limit", "'0'"),
+    (["compare", "--seed", "-3"], "--seed", "'-3'"),
 ]
 
 
@@ -99,7 +106,7 @@ def test_bad_numeric_option_is_one_line_exit_2(argv, option, value, capsys):
     assert len(lines) == 1 and lines[0].startswith(f"error: argument {option}:") and value in lines[0], lines
 
 
-@pytest.mark.parametrize("command", ["run", "calibrate"])
+@pytest.mark.parametrize("command", ["run", "calibrate", "compare"])
 def test_out_that_is_a_file_fails_before_any_work(tmp_path, command, capsys):
     f = tmp_path / "a-file"
     f.write_text("x")
@@ -111,9 +118,9 @@ def test_out_that_is_a_file_fails_before_any_work(tmp_path, command, capsys):
     assert len(lines) == 1 and "argument --out:" in lines[0] and "is a file, not a directory" in lines[0]
 
 
-@pytest.mark.parametrize("command", ["run", "calibrate"])
+@pytest.mark.parametrize("command", ["run", "calibrate", "compare"])
 def test_warmup_must_leave_two_measured_iterations(command):
-    from emulator.errors import EmulatorError
+    from spiderflow.errors import EmulatorError
     from emulator.run import check_warmup
 
     parser, _ = cli.build_parser()
@@ -126,13 +133,13 @@ def test_warmup_must_leave_two_measured_iterations(command):
 def test_closed_stdout_ends_quietly():
     """`python -m emulator ... | head -1`: the top-level handler ends quietly with exit 1. The
     subcommand is replaced by one printing 1 MB (none of the real ones prints without root)."""
-    code = ("import sys, emulator.cli, emulator.report as r\n"
+    code = ("import sys, emulator.console, emulator.calibrate.report_command as r\n"
             "def big(args):\n"
             "    for i in range(16000):\n"
             "        print(f'line {i} ' + 'x' * 60)\n"
             "    return 0\n"
             "r.main = big\n"
-            "sys.exit(emulator.cli.main(['report', 'unused']))\n")
+            "sys.exit(emulator.console.main(['report', 'unused']))\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:

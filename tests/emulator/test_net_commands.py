@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator import commands as cmd
-from emulator.plan import NetConfig, Shape, build_plan
+from emulator.net import linkcmds as cmd
+from emulator.net.layout import NetConfig, Shape, build_plan
 from spiderflow.topology import load_topology, parse_topology
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ import struct
 
 import pytest
 
-from emulator import nfq
-from emulator.delayd import DelayStage, QueueSpec
+from emulator.net import nfq
+from emulator.net.delayd import DelayStage, QueueSpec
 
 
 class FakeSocket:

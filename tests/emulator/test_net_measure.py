@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from emulator.check import format_table
-from emulator.errors import EmulatorError
-from emulator.measure import Result, receiver_goodput_mbps, targets
-from emulator.plan import NetConfig, build_plan
-from emulator.tolerance import bandwidth_ok, delay_ok, problems
+from emulator.net.check import format_table
+from spiderflow.errors import EmulatorError
+from emulator.net.measure import Result, receiver_goodput_mbps, targets
+from emulator.net.layout import NetConfig, build_plan
+from emulator.net.tolerance import bandwidth_ok, delay_ok, problems
 from spiderflow.topology import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,12 +78,12 @@ def test_table_states_scale_mechanism_and_verdicts():
 
 
 def test_probe_measures_one_way_delay_on_loopback():
-    echo = subprocess.Popen([sys.executable, "-m", "emulator.probe", "echo", "--port", "47311",
+    echo = subprocess.Popen([sys.executable, "-m", "emulator.net.probe", "echo", "--port", "47311",
                              "--idle-timeout", "20"], stdout=subprocess.PIPE, cwd=REPO)
     try:
         assert echo.stdout.readline().strip() == b"ready"
         t0 = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "emulator.probe", "send", "--to", "127.0.0.1",
+        done = subprocess.run([sys.executable, "-m", "emulator.net.probe", "send", "--to", "127.0.0.1",
                                "--port", "47311", "--count", "5", "--interval", "0.01"],
                               capture_output=True, text=True, cwd=REPO, timeout=30)
         report = json.loads(done.stdout)
@@ -96,7 +96,7 @@ def test_probe_measures_one_way_delay_on_loopback():
 
 
 def test_warmup_grows_with_round_trip_time():
-    from emulator.measure import warmup_s
+    from emulator.net.measure import warmup_s
 
     t = targets(fake_emu())[0]
     assert warmup_s(t, 2.0) == 2.0  # 67 ms RTT

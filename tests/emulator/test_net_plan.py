@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.errors import EmulatorError
-from emulator.plan import GOODPUT_TO_WIRE, NetConfig, build_plan, next_hops
+from spiderflow.errors import EmulatorError
+from emulator.net.layout import GOODPUT_TO_WIRE, NetConfig, build_plan, next_hops
 from spiderflow.topology import load_topology, parse_topology
 from spiderflow.topology.generate import generate_topology
 
@@ -157,3 +157,19 @@ def test_routes_cover_every_remote_cluster():
 def test_config_validation_names_the_field(kwargs, field):
     with pytest.raises(EmulatorError, match=field):
         NetConfig(**kwargs)
+
+
+def test_a_links_queue_holds_the_bdp_of_the_longest_route_across_it():
+    """Line a - b - c: flows a <-> c cross b - c with the a - c round trip, so b - c's buffer is its
+    rate x that round trip (a buffer of its own 2 x 5 ms dropped a -> c bursts, emulator-run.md)."""
+    from emulator.net.layout import longest_rtt_ms
+
+    topo = parse_topology({"name": "line", "clusters": [
+        {"name": n, "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8} for n in "abc"],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1.0, "latency_ms": 40.0},
+                  {"a": "b", "b": "c", "bandwidth_gbps": 1.0, "latency_ms": 5.0}]})
+    assert longest_rtt_ms(topo) == {("a", "b"): 90.0, ("b", "c"): 90.0}
+    plan = build_plan(topo, NetConfig(scale=10, dilation=2))
+    port = plan.port("b", "c")
+    assert port.shape.queue_bytes == pytest.approx(port.shape.wire_mbps * 1e6 / 8 * 0.090 * 2, rel=1e-6)
+    assert port.shape.delay_ms == pytest.approx(10.0)  # its own delay, x the dilation

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from emulator.commands import HOST_GSO_MAX_BYTES
-from emulator.errors import EmulatorError
-from emulator.measure import measure_all
-from emulator.network import Emulation
-from emulator.plan import NetConfig
-from emulator.state import RUN_DIR_PREFIX
-from emulator.tolerance import DELAY_ABS_MS, bandwidth_ok, delay_ok
+from emulator.net.linkcmds import HOST_GSO_MAX_BYTES
+from spiderflow.errors import EmulatorError
+from emulator.net.measure import measure_all
+from emulator.net.emulation import Emulation
+from emulator.net.layout import NetConfig
+from emulator.net.state import RUN_DIR_PREFIX
+from emulator.net.tolerance import DELAY_ABS_MS, bandwidth_ok, delay_ok
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent("""
     import sys, time
     from spiderflow.topology import parse_topology
-    from emulator.network import Emulation
+    from emulator.net.emulation import Emulation
     topo = parse_topology({"name": "two",
         "clusters": [{"name": "east", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
                      {"name": "west", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}],
@@ -142,8 +142,8 @@ def test_next_emulation_removes_what_a_killed_one_left(two_cluster, state_dir, a
 
 def test_netem_command_lines_parse(tmp_path):
     """tc accepts our netem syntax (this kernel may then refuse the qdisc kind itself)."""
-    from emulator.commands import tc_commands
-    from emulator.plan import Shape
+    from emulator.net.linkcmds import tc_commands
+    from emulator.net.layout import Shape
 
     scratch = subprocess.Popen(["unshare", "--net", "--", "sleep", "30"])
     try:

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from emulator.errors import EmulatorError
-from emulator.state import MARKER_ENV, ProcRecord, StateStore, proc_starttime, remove_leftovers
+from spiderflow.errors import EmulatorError
+from emulator.net.state import MARKER_ENV, ProcRecord, StateStore, proc_starttime, remove_leftovers
 
 
 def test_second_lock_holder_is_refused_with_the_owner_named(tmp_path):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from emulator.errors import EmulatorError
-from emulator.pool import RankPool
-from emulator.worker import RankSpec
+from spiderflow.errors import EmulatorError
+from emulator.jobs.pool import RankPool
+from emulator.jobs.worker import RankSpec
 
 from .conftest import two_cluster_topology
 
@@ -34,7 +34,7 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def pool():
-    with RankPool(preload=("torch", "torch.distributed", "emulator.worker")) as p:
+    with RankPool(preload=("torch", "torch.distributed", "emulator.jobs.worker")) as p:
         yield p
 
 
@@ -52,7 +52,7 @@ def test_a_two_rank_worker_job_over_loopback(pool, tmp_path):
                         activation_bytes=4096, grad_bytes=64, prev_rank=rank - 1 if rank else None,
                         next_rank=None if rank else 1, out=str(tmp_path / f"r{rank}.jsonl"), timeout_s=60)
         spec.dump(tmp_path / f"r{rank}.json")
-        procs.append(pool.start(module="emulator.worker", args=[str(tmp_path / f"r{rank}.json")], env=env,
+        procs.append(pool.start(module="emulator.jobs.worker", args=[str(tmp_path / f"r{rank}.json")], env=env,
                                 log_path=str(tmp_path / f"r{rank}.log"), ns_pid=None, nice=5))
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     for rank in range(2):
@@ -122,8 +122,8 @@ def test_a_failed_preload_is_one_clear_error():
 @pytest.mark.root
 def test_a_child_joins_the_hosts_namespaces_and_nothing_outlives_the_emulation(tmp_path, state_dir,
                                                                                assert_no_leak):
-    from emulator.network import Emulation
-    from emulator.plan import NetConfig
+    from emulator.net.emulation import Emulation
+    from emulator.net.layout import NetConfig
 
     with Emulation(two_cluster_topology(), NetConfig(hosts_per_cluster=1)) as emu:
         pool = RankPool(emu, preload=("torch",))  # not closed: the emulation's teardown must end it

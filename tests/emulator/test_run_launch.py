@@ -2,11 +2,11 @@
 
 import pytest
 
-from emulator import cli
-from emulator.compute import ProxyShape, proxy_forward_flops
-from emulator.launch import emulated_topology, emulated_view, predict_emulated, rank_specs, ranks_per_cluster
-from emulator.plan import NetConfig
-from emulator.runner import RunConfig
+from emulator import console as cli
+from emulator.jobs.compute import ProxyShape, proxy_forward_flops
+from emulator.jobs.launch import emulated_topology, emulated_view, predict_emulated, rank_specs, ranks_per_cluster
+from emulator.net.layout import NetConfig
+from emulator.jobs.replay import RunConfig
 from spiderflow.costmodel import plan_work, predict
 from spiderflow.costmodel.schedule import simulate_1f1b
 from spiderflow.costmodel.stages import stage_compute_s, stage_params, sync_s
@@ -192,7 +192,7 @@ def test_specs_of_a_three_stage_plan_run_over_loopback(tmp_path):
         spec.dump(paths[-1])
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     repo = Path(__file__).resolve().parents[2]
-    procs = [subprocess.Popen([sys.executable, "-m", "emulator.worker", str(p)], cwd=repo, env=env) for p in paths]
+    procs = [subprocess.Popen([sys.executable, "-m", "emulator.jobs.worker", str(p)], cwd=repo, env=env) for p in paths]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
     for spec in ss:
         lines = [json.loads(l) for l in (tmp_path / f"t-r{spec.rank}.jsonl").read_text().splitlines()]
@@ -204,7 +204,7 @@ def test_specs_of_a_three_stage_plan_run_over_loopback(tmp_path):
 def test_the_runner_probes_the_cpu_once_in_real_mode_only(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from emulator import runner as runner_mod
+    from emulator.jobs import replay as runner_mod
 
     calls = []
     monkeypatch.setattr(runner_mod, "cpu_flops_per_s", lambda: calls.append(1) or 1.5e11)

@@ -196,8 +196,8 @@ def jobs_of(stdout):
 
 @pytest.mark.root
 def test_a_rank_flooding_its_log_fails_only_its_job(inputs, state_dir, assert_no_leak):
-    from emulator.runner import RANK_LOG_CAP_BYTES
-    from emulator.worker import FAULT_ENV
+    from emulator.jobs.replay import RANK_LOG_CAP_BYTES
+    from emulator.jobs.worker import FAULT_ENV
 
     done = subprocess.run(run_argv(inputs, "--iterations", "10", "--dilation", "1"), cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, FAULT_ENV: "flood:wan:1"})
@@ -215,7 +215,7 @@ def test_a_rank_flooding_its_log_fails_only_its_job(inputs, state_dir, assert_no
 
 @pytest.mark.root
 def test_a_rank_that_never_joins_fails_its_job_at_the_job_timeout(inputs, state_dir, assert_no_leak):
-    from emulator.worker import FAULT_ENV
+    from emulator.jobs.worker import FAULT_ENV
 
     done = subprocess.run(run_argv(inputs, "--iterations", "10", "--dilation", "1", "--job-timeout", "6"),
                           cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -233,11 +233,11 @@ def test_a_rank_that_never_joins_fails_its_job_at_the_job_timeout(inputs, state_
 def test_a_rank_that_never_joins_is_named_when_its_peers_give_up(inputs, state_dir, assert_no_leak, monkeypatch):
     """The default order of timeouts (rank_timeout_s < job_timeout_s): the ranks that joined fail at the
     rendezvous first; the job's reason names the rank that never came, not them."""
-    from emulator.network import Emulation
-    from emulator.plan import NetConfig
-    from emulator.pool import RankPool
-    from emulator.runner import RunConfig, Runner
-    from emulator.worker import FAULT_ENV
+    from emulator.net.emulation import Emulation
+    from emulator.net.layout import NetConfig
+    from emulator.jobs.pool import RankPool
+    from emulator.jobs.replay import RunConfig, Runner
+    from emulator.jobs.worker import FAULT_ENV
     from spiderflow.topology import load_topology
     from spiderflow.traces import load_trace
 

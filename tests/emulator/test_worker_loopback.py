@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator import worker
-from emulator.worker import RankSpec, nccl_env, rank_env
+from emulator.jobs import worker
+from emulator.jobs.worker import RankSpec, nccl_env, rank_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +45,7 @@ def test_two_stage_two_replica_job_over_loopback(tmp_path):
             spec.dump(path)
             specs.append(path)
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "emulator.worker", str(p)], cwd=REPO, env=env)
+    procs = [subprocess.Popen([sys.executable, "-m", "emulator.jobs.worker", str(p)], cwd=REPO, env=env)
              for p in specs]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     for rank in range(4):
@@ -73,7 +73,7 @@ def test_two_stage_job_with_real_compute_over_loopback(tmp_path):
         paths.append(tmp_path / f"r{rank}.json")
         spec.dump(paths[-1])
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "emulator.worker", str(p)], cwd=REPO, env=env)
+    procs = [subprocess.Popen([sys.executable, "-m", "emulator.jobs.worker", str(p)], cwd=REPO, env=env)
              for p in paths]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     for rank in range(2):
@@ -104,7 +104,7 @@ def test_a_dead_peer_fails_the_rank_with_a_reason(tmp_path):
                        "out": str(tmp_path / "r1.jsonl")})
     peer.dump(tmp_path / "r1.json")
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    p0 = subprocess.Popen([sys.executable, "-m", "emulator.worker", str(tmp_path / "r0.json")], cwd=REPO, env=env)
+    p0 = subprocess.Popen([sys.executable, "-m", "emulator.jobs.worker", str(tmp_path / "r0.json")], cwd=REPO, env=env)
     p1 = subprocess.Popen([sys.executable, "-c", "import sys, time, torch.distributed as d, datetime as dt;"
                            f"d.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}', rank=1,"
                            " world_size=2, timeout=dt.timedelta(seconds=3)); d.barrier(); sys.exit(0)"],

@@ -104,8 +104,16 @@ def check_cli_output(argv: list[str], out: str) -> None:
         topo = load_topology(args.out)
         if len(topo.clusters) != args.clusters:
             raise Problem(f"topology generate wrote {len(topo.clusters)} clusters, asked {args.clusters}")
-    elif args.command == "topology" and args.topology_cmd == "check" and ": ok (" not in out:
-        raise Problem(f"topology check exited 0 but said {out[:200]!r}")
+    elif args.command == "topology" and args.topology_cmd == "check":
+        if getattr(args, "json", False):
+            try:
+                doc = json.loads(out)
+            except json.JSONDecodeError:
+                raise Problem(f"topology check --json printed no JSON: {out[:200]!r}") from None
+            if not isinstance(doc, dict) or doc.get("ok") is not True:
+                raise Problem(f"topology check --json exited 0 but said {out[:200]!r}")
+        elif ": ok (" not in out:
+            raise Problem(f"topology check exited 0 but said {out[:200]!r}")
 
 
 def judge_cli(argv: list[str], rc: int, out: str, err: str) -> Outcome:

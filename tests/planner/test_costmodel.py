@@ -211,3 +211,31 @@ def test_calibration_ring_names_two_distinct_clusters(tmp_path, key):
         load_calibration(path)
     path.write_text('{"rings": {"b+a": {"alpha_s": 0.01, "beta_gbps": 1.0, "r2": 0.99}}}')
     assert load_calibration(path).ring(["a", "b"]) == AlphaBeta(alpha_s=0.01, beta_gbps=1.0)
+
+
+def test_a_plans_own_transfers_crowding_a_hop_share_it():
+    """Line a - b - c, pipeline a -> c -> b: a's activations reach c over b -> c, where b's
+    gradients for c travel too; c -> b carries c's activations for b and its gradients for a.
+    Each of those transfers gets half of that hop; the published planners' matrix view does not
+    see it, nor does a pipeline whose transfers never meet (a -> b -> c)."""
+    from spiderflow.costmodel import MatrixView
+    from spiderflow.costmodel.work import self_crowd
+
+    topo = line_topology(bw=(4.0, 1.0), lat=(10.0, 10.0))  # a-b wide, b-c the bottleneck
+    st = lambda c, lo, hi: Stage(cluster=c, layer_start=lo, layer_end=hi)  # noqa: E731
+    crowded = Plan(job=job(gpus=3), replicas=((st("a", 0, 4), st("c", 4, 8), st("b", 8, 12)),), dp=1,
+                   micro_batch_size=1, micro_batches=8)
+    assert dict(self_crowd(crowded, topo)) == {("b", "c"): 2, ("c", "b"): 2}
+    straight = Plan(job=job(gpus=3), replicas=((st("a", 0, 4), st("b", 4, 8), st("c", 8, 12)),), dp=1,
+                    micro_batch_size=1, micro_batches=8)
+    assert self_crowd(straight, topo) == ()
+    view = TopologyView(topology=topo)
+    crowd = self_crowd(crowded, topo)
+    assert view.p2p_crowded("a", "c", crowd).bytes_per_s == pytest.approx(view.p2p("a", "c").bytes_per_s / 2)
+    assert view.p2p_crowded("a", "c", crowd).alpha_s == view.p2p("a", "c").alpha_s
+    assert view.p2p_crowded("a", "b", crowd).bytes_per_s == view.p2p("a", "b").bytes_per_s  # a-b: no crowd
+    alone = TopologyView(topology=topo)
+    alone._memo[("crowd", crowded)] = ()  # the same view, blind to the crowding
+    assert predict(crowded, view, check_memory=False).iteration_s > predict(crowded, alone, check_memory=False).iteration_s
+    matrix = MatrixView(topo)
+    assert matrix.p2p_crowded("a", "c", crowd) == matrix.p2p("a", "c")

@@ -167,3 +167,22 @@ def test_cli_load_needs_a_topology_and_no_mean_gap(tmp_path, capsys, cli, extra,
     assert main(["trace", "generate", "--jobs", "5", *extra, "--out", str(tmp_path / "t.csv")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_trace_generate_json_describes_the_file_written(tmp_path, capsys):
+    import json
+
+    from spiderflow.cli import main
+
+    path = tmp_path / "t.csv"
+    assert main(["trace", "generate", "--jobs", "12", "--seed", "5", "--out", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    jobs = load_trace(str(path)).jobs
+    assert out["out"] == str(path) and out["jobs"] == len(jobs) == 12 and out["seed"] == 5
+    assert out["last_arrival_s"] == pytest.approx(jobs[-1].arrival_s) and out["gpus"] == sum(j.gpus for j in jobs)
+    assert out["mean_interarrival_s"] == 600.0 and out["offered_load"] is None and out["topology"] is None
+    assert main(["trace", "generate", "--jobs", "12", "--seed", "5", "--out", str(path), "--json",
+                 "--topology", "paper8", "--load", "0.5"]) == 0
+    loaded = json.loads(capsys.readouterr().out)
+    assert loaded["load"] == 0.5 and loaded["offered_load"] == pytest.approx(0.5, rel=1e-3)
+    assert loaded["max_gpus"] <= 128  # paper8's 128 GPUs

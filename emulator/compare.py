@@ -1,0 +1,336 @@
+"""``sudo python -m emulator compare``: the planners' headline measured on real traffic.
+
+Builds one emulated network and replays the same trace on it once per
+planner, each replay alone (:class:`~emulator.jobs.replay.Runner`, the
+shared :class:`~spiderflow.scheduling.Scheduler`), then tears the network
+down once. Beside every replay, the simulator predicts that same replay
+(:func:`simulated_replay`): the same compressed arrivals, the same
+iterations per job (``--iterations``), the same hosts per cluster, the
+network as the emulator shapes it, the scheduling overhead charged on the
+replay's clock (wall / dilation) and each job's start-up
+(``--startup``: by default the model of :mod:`emulator.jobs.startup`,
+the ranks' start-up, their rendezvous over the WAN and TCP's slow start on
+fresh connections, which the cost model does not price), iterations priced by the cost model's exact schedule as the
+emulator's own predictions are. Measured and simulated JCTs are thus
+comparable job by job.
+
+Output (``--out``, default ``runs/compare-<timestamp>``): ``config.json``
+first; per planner a directory with ``emulator run``'s files (``jobs.csv``,
+``result.json``, ``ranks/``); ``jobs-<planner>.csv`` (per job: placement,
+predicted vs measured iteration time, measured vs simulated JCT);
+``summary.json``; ``headline.md``; ``jct_cdf.png``/``.pdf`` (measured solid,
+simulated dashed). Ctrl-C tears the network down and writes what was
+measured. Times are real-equivalent seconds (wall / dilation); overheads are
+the planners' wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import dataclasses
+import datetime as dt
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from emulator.jobs.dilation import Choice
+from emulator.jobs.launch import emulated_topology
+from emulator.jobs.pool import RankPool
+from emulator.jobs.replay import BASE_PORT, JobRun, RunConfig, Runner
+from emulator.jobs.startup import startup_s as job_startup_s
+from emulator.net.capability import require_root
+from emulator.net.check import add_network_arguments, network_config, resolve_topology
+from emulator.net.state import StateStore
+from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, auto_dilation,
+                          check_calibration_dilation, check_warmup, write_results)
+from spiderflow.cliutil import add_scheduler_arguments, dumps, float_in, int_in, name_list, output_dir
+from spiderflow.costmodel import NO_CALIBRATION, load_calibration
+from spiderflow.costmodel.calibration import check_calibration_applies
+from spiderflow.errors import EmulatorError
+from spiderflow.placement import PLANNERS
+from spiderflow.provenance import provenance
+from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
+from spiderflow.simulate.metrics import summarise
+from spiderflow.topology import Topology, load_topology
+from spiderflow.traces import load_trace
+from spiderflow.workload import Job
+
+HELP = "replay a trace once per planner on one emulated network: measured vs simulated JCT and throughput"
+DEFAULT_PLANNERS = ("spinsearch", "ilp", "ilp-topo", "genetic", "blind")
+REFERENCE = "spinsearch"
+MAX_STARTUP_S = 3600.0
+SUMMARY_FIELDS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "throughput_tokens_per_s", "makespan_s",
+                  "gpu_utilization", "avg_overhead_s")
+JOB_FIELDS = ("job_id", "status", "placement", "simulated_placement", "ranks", "predicted_iteration_s",
+              "measured_iteration_s", "iteration_error_pct", "simulated_iteration_s", "measured_jct_s",
+              "simulated_jct_s", "jct_error_pct", "measured_queue_s", "simulated_queue_s", "startup_wall_s",
+              "overhead_s", "admission", "reason")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = RunConfig()
+    parser.add_argument("--topology", default="topologies/default.yaml", help="topology YAML (default %(default)s)")
+    parser.add_argument("--trace", default="traces/default.csv", help="job trace (default %(default)s)")
+    parser.add_argument("--planners", type=name_list(PLANNERS, "planner"), default=list(DEFAULT_PLANNERS),
+                        help=f"comma-separated, each once, from {', '.join(PLANNERS)} "
+                             f"(default {','.join(DEFAULT_PLANNERS)}); ratios are to {REFERENCE} when it is listed")
+    parser.add_argument("--iterations", type=int_in(2, MAX_ITERATIONS), default=d.iterations, metavar="K",
+                        help=f"iterations each job runs, in both the replay and its simulation, 2..{MAX_ITERATIONS:,} "
+                             "(default %(default)s)")
+    parser.add_argument("--warmup", type=int_in(0, MAX_ITERATIONS - 2), default=d.warmup,
+                        help="first iterations left out of the measured iteration time, 0..iterations-2 "
+                             "(default %(default)s); the JCT counts them all")
+    parser.add_argument("--time-scale", type=float_in(0.0, MAX_TIME_SCALE), default=d.time_scale,
+                        help="divide the trace's arrival times by this, in both (default %(default)g)")
+    parser.add_argument("--startup", type=startup_arg, default="model", metavar="model|S",
+                        help="what the simulation adds before each job's first iteration for its ranks' start-up: "
+                             "model (emulator/jobs/startup.py: rendezvous and slow start over the job's WAN round "
+                             "trips) or S real-equivalent seconds for every job (default %(default)s)")
+    parser.add_argument("--job-timeout", type=float_in(0.0, MAX_JOB_TIMEOUT_S, "seconds"), default=d.job_timeout_s,
+                        metavar="S", help="fail a job still running S real-equivalent seconds after launch "
+                                          "(default %(default)g)")
+    parser.add_argument("--calibration", default=None, metavar="FILE",
+                        help="calibration JSON from `emulator calibrate`: planners, predictions and the "
+                             "simulation use it")
+    parser.add_argument("--calibration-any-topology", action="store_true",
+                        help="apply --calibration although it records another topology than --topology")
+    add_scheduler_arguments(parser)
+    parser.add_argument("--out", type=output_dir, default=None,
+                        help="output directory (default runs/compare-<timestamp>)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_network_arguments(parser)
+    parser.set_defaults(hosts_per_cluster=DEFAULT_HOSTS)
+
+
+def startup_arg(text: str) -> str | float:
+    return "model" if text == "model" else float_in(0.0, MAX_STARTUP_S, "seconds or 'model'", lo_open=False)(text)
+
+
+def replay_jobs(jobs: list[Job], iterations: int) -> list[Job]:
+    """The trace's jobs as both replays run them: ``iterations`` each (arrivals stay trace time)."""
+    return [dataclasses.replace(j, iterations=iterations) for j in jobs]
+
+
+def simulated_replay(topo: Topology, jobs: list[Job], cfg: RunConfig, *, startup: str | float = "model"
+                     ) -> list[SimRecord]:
+    """The simulator's prediction of ``emulator run`` replaying ``jobs`` under ``cfg`` (module docstring)."""
+    net = cfg.net
+    startup_s = startup_of(startup, topo, net)
+    compressed = [dataclasses.replace(j, arrival_s=j.arrival_s / cfg.time_scale) for j in jobs]
+    sim = SimConfig(planner=cfg.planner, backfill=cfg.backfill, seed=cfg.seed, time_limit_s=cfg.time_limit_s,
+                    wait=cfg.wait,
+                    search_budget=cfg.search_budget, calibration=cfg.calibration, charge_overhead=True,
+                    overhead_scale=1.0 / net.dilation, startup_s=startup_s,
+                    hosts_per_cluster={c.name: net.hosts_per_cluster for c in topo.clusters},
+                    priced_topology=emulated_topology(topo, net), exact=True)
+    return simulate(topo, compressed, sim)
+
+
+def startup_of(startup: str | float, topo: Topology, net) -> object:
+    """``--startup`` as the simulation applies it: a function of the plan, or seconds."""
+    return (lambda plan: job_startup_s(plan, topo, net.dilation)) if startup == "model" else startup
+
+
+def _pct(predicted: float | None, measured: float | None) -> float | None:
+    ok = predicted is not None and measured is not None and measured > 0
+    return 100.0 * (predicted - measured) / measured if ok else None
+
+
+def job_rows(measured: list[JobRun], simulated: list[SimRecord], startup) -> list[dict]:
+    sim = {r.job.job_id: r for r in simulated}
+    rows = []
+    for j in measured:
+        s = sim.get(j.job.job_id)
+        sim_iter = None  # the simulated run's mean iteration time, sharing included
+        if s is not None and s.completed:
+            sim_iter = (s.end_s - s.start_s - (startup(s.plan) if callable(startup) else startup)) / s.job.iterations
+        rows.append({
+            "job_id": j.job.job_id, "status": j.status, "placement": dict(j.segments),
+            "simulated_placement": dict(s.segments) if s else {}, "ranks": len(j.ranks),
+            "predicted_iteration_s": j.predicted_s, "measured_iteration_s": j.measured_s,
+            "iteration_error_pct": j.error_pct,
+            "simulated_iteration_s": sim_iter,
+            "measured_jct_s": j.jct_s if j.completed else None, "simulated_jct_s": s.jct_s if s else None,
+            "jct_error_pct": _pct(s.jct_s if s else None, j.jct_s if j.completed else None),
+            "measured_queue_s": j.queue_s, "simulated_queue_s": s.queue_s if s else None,
+            "startup_wall_s": j.startup_wall_s, "overhead_s": j.overhead_s, "admission": j.admission,
+            "reason": j.reason if j.status != "ok" else ""})
+    return rows
+
+
+def planner_result(measured: list[JobRun], simulated: list[SimRecord], total_gpus: int, startup) -> dict:
+    m, s = summarise(measured, total_gpus), summarise(simulated, total_gpus)
+    error = {k: _pct(s[k], m[k]) for k in SUMMARY_FIELDS if k != "avg_overhead_s"}
+    return {"measured": m, "simulated": s, "error_pct": error, "jobs": job_rows(measured, simulated, startup)}
+
+
+def _ratio(a, b) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _f(x, spec: str, factor: float = 1.0, suffix: str = "") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * factor:{spec}}{suffix}"
+
+
+def headline(results: dict[str, dict], reference: str = REFERENCE) -> str:
+    """One row per planner: measured, simulated and their error; ratios to ``reference`` where
+    every ratio > 1 means the reference is better (lower JCT, higher throughput, lower overhead)."""
+    ref = results.get(reference)
+    lines = [f"| planner | completed | avg JCT measured (s) | simulated (s) | error | p95 JCT measured (s) "
+             f"| throughput measured (tokens/s) | simulated | error | GPU utilisation | avg overhead (ms) "
+             f"| JCT / {reference}'s: measured | simulated | {reference}'s throughput / planner's: measured "
+             f"| simulated |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        m, s, e = r["measured"], r["simulated"], r["error_pct"]
+        rm, rs = (ref["measured"], ref["simulated"]) if ref else ({}, {})
+        lines.append(
+            f"| {name} | {m['completed']}/{m['jobs']} | {_f(m['avg_jct_s'], '.2f')} | {_f(s['avg_jct_s'], '.2f')} | "
+            f"{_f(e['avg_jct_s'], '+.1f', suffix='%')} | {_f(m['p95_jct_s'], '.2f')} | "
+            f"{_f(m['throughput_tokens_per_s'], '.4g')} | {_f(s['throughput_tokens_per_s'], '.4g')} | "
+            f"{_f(e['throughput_tokens_per_s'], '+.1f', suffix='%')} | {_f(m['gpu_utilization'], '.1f', 100, '%')} | "
+            f"{_f(m['avg_overhead_s'], '.1f', 1e3)} | "
+            f"{_f(_ratio(m['avg_jct_s'], rm.get('avg_jct_s')), '.2f', suffix='x')} | "
+            f"{_f(_ratio(s['avg_jct_s'], rs.get('avg_jct_s')), '.2f', suffix='x')} | "
+            f"{_f(_ratio(rm.get('throughput_tokens_per_s'), m['throughput_tokens_per_s']), '.2f', suffix='x')} | "
+            f"{_f(_ratio(rs.get('throughput_tokens_per_s'), s['throughput_tokens_per_s']), '.2f', suffix='x')} |")
+    return "\n".join(lines)
+
+
+def ranking(results: dict[str, dict], side: str) -> list[str]:
+    """Planners by avg JCT, best first (those with no completed job last)."""
+    key = lambda n: (results[n][side]["avg_jct_s"] is None, results[n][side]["avg_jct_s"] or 0.0)  # noqa: E731
+    return sorted(results, key=key)
+
+
+def write_outputs(out: Path, results: dict[str, dict], meta: dict) -> str:
+    for name, r in results.items():
+        with open(out / f"jobs-{name}.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=JOB_FIELDS)
+            w.writeheader()
+            for row in r["jobs"]:
+                w.writerow({**{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()},
+                            "placement": " ".join(f"{c}:{g}" for c, g in row["placement"].items()),
+                            "simulated_placement": " ".join(f"{c}:{g}" for c, g in row["simulated_placement"].items())})
+    doc = {"planners": results, **meta}
+    (out / "summary.json").write_text(dumps(doc, indent=1) + "\n")
+    table = headline(results)
+    text = (f"# emulator compare\n\n{meta['what']}\n\n{table}\n\n"
+            f"Ranked by avg JCT, best first: measured {', '.join(ranking(results, 'measured'))}; "
+            f"simulated {', '.join(ranking(results, 'simulated'))}.\n\n"
+            "JCT and throughput in real-equivalent seconds (wall / dilation); error = (simulated - measured) / "
+            "measured; every ratio > 1 means the reference planner is better.\n")
+    (out / "headline.md").write_text(text)
+    jct_cdf(results, out / "jct_cdf", f"JCT, measured vs simulated: {meta['what']}")
+    return text
+
+
+def jct_cdf(results: dict[str, dict], stem: Path, title: str) -> None:
+    """Measured (solid) and simulated (dashed) JCT CDFs per planner, one colour per planner; PNG and PDF."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, r) in enumerate(results.items()):
+        for side, style in (("measured", "-"), ("simulated", "--")):
+            xs = [row[f"{side}_jct_s"] for row in r["jobs"] if row[f"{side}_jct_s"] is not None]
+            if xs:
+                ax.ecdf(xs, linestyle=style, color=colours[i % len(colours)], label=f"{name} {side}")
+    ax.set_xlabel("job completion time (real-equivalent s)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(title, fontsize=8)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right", ncols=2)
+    fig.tight_layout()
+    for ext in ("png", "pdf"):
+        fig.savefig(stem.with_suffix(f".{ext}"), dpi=120)
+    plt.close(fig)
+
+
+def main(args: argparse.Namespace) -> int:
+    check_warmup(args)
+    topo = load_topology(resolve_topology(args.topology))
+    trace_path = resolve_topology(args.trace)
+    jobs = replay_jobs(load_trace(trace_path).jobs, args.iterations)
+    calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
+    check_calibration_applies(calibration, topo, allow_other_topology=args.calibration_any_topology)
+    planners = list(args.planners)
+    net = network_config(args, 1.0)
+    if args.dilation == "auto":  # sized by the reference planner's plans of every job alone
+        choice = auto_dilation(topo, jobs, net, planner=REFERENCE if REFERENCE in planners else planners[0],
+                               calibration=calibration)
+    else:
+        choice = Choice(dilation=args.dilation, reason="--dilation")
+    net = network_config(args, choice.dilation)
+    check_calibration_dilation(calibration, net.dilation)
+    try:
+        base = RunConfig(backfill=args.backfill, seed=args.seed, time_limit_s=args.time_limit, wait=args.wait,
+                         search_budget=args.search_budget, iterations=args.iterations, warmup=args.warmup,
+                         time_scale=args.time_scale, job_timeout_s=args.job_timeout, net=net,
+                         calibration=calibration)
+    except ValueError as exc:
+        raise EmulatorError(f"compare: {exc}") from None
+    require_root()
+    StateStore().refuse_if_busy()
+    out = Path(args.out or f"runs/compare-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    progress = lambda msg: print(f"[compare] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    what = (f"{len(jobs)} jobs of {Path(trace_path).name} on {topo.name}, {args.iterations} iterations each, "
+            f"arrivals / {args.time_scale:g}, {net.hosts_per_cluster} hosts per cluster, scale {net.scale:g}, "
+            f"dilation {net.dilation:g}, {'backfill' if args.backfill else 'FIFO'}")
+    config = {**provenance(), "topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planners": planners,
+              "iterations": args.iterations, "warmup": args.warmup, "time_scale": args.time_scale,
+              "backfill": args.backfill, "wait": args.wait, "seed": args.seed, "time_limit_s": args.time_limit,
+              "search_budget": args.search_budget, "calibration": args.calibration,
+              "startup": args.startup, "scale": net.scale, "dilation": net.dilation,
+              "dilation_reason": choice.reason, "net": dataclasses.asdict(net)}
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    progress(f"{what}; planners {', '.join(planners)}; output {out}")
+    progress(f"dilation {net.dilation:g}: {choice.reason}")
+    meta = {"what": what, "dilation": net.dilation, "scale": net.scale, "out": str(out)}
+    results: dict[str, dict] = {}
+    from emulator.net.emulation import Emulation
+
+    t0 = time.monotonic()
+    try:
+        with Emulation(topo, net, log=progress) as emu, contextlib.ExitStack() as stack:
+            pool = stack.enter_context(RankPool(emu, log=progress))
+            port = BASE_PORT
+            for name in planners:
+                cfg = dataclasses.replace(base, planner=name)
+                progress(f"{name}: replaying (simulating the same replay first)")
+                simulated = simulated_replay(topo, jobs, cfg, startup=args.startup)
+                runner = Runner(topo, jobs, cfg, emu, out_dir=out / name, pool=pool, first_port=port,
+                                log=lambda m, name=name: progress(f"{name}: {m}"))
+                started = time.monotonic()
+                try:
+                    runner.run()
+                except BaseException:
+                    runner.interrupt()
+                    raise
+                finally:
+                    write_results(out / name, runner.jobs, net, emu.mechanism, time.monotonic() - started,
+                                  runner.peak_ranks)
+                    results[name] = planner_result(runner.jobs, simulated, topo.total_gpus, startup_of(args.startup, topo, net))
+                port = runner.next_port
+                r = results[name]
+                progress(f"{name}: avg JCT measured {_f(r['measured']['avg_jct_s'], '.2f')} s, simulated "
+                         f"{_f(r['simulated']['avg_jct_s'], '.2f')} s ({_f(r['error_pct']['avg_jct_s'], '+.1f')}%); "
+                         f"{time.monotonic() - started:.0f} s wall")
+    finally:
+        if results:
+            meta["wall_s"] = round(time.monotonic() - t0, 1)
+            write_outputs(out, results, meta)
+            progress(f"results in {out} ({meta['wall_s']:.0f} s in all)")
+    if args.json:
+        print(dumps({"planners": results, **meta}, indent=1))
+    else:
+        print((out / "headline.md").read_text())
+    return 0 if all(j["status"] == "ok" for r in results.values() for j in r["jobs"]) else 1

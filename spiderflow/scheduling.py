@@ -1,0 +1,339 @@
+"""The one scheduler both replays drive: the simulator's event loop and the emulator's rank pool.
+
+Pure bookkeeping and decisions, no clock: the driver hands it the jobs that
+have arrived and are queued, in arrival order, whenever something changed (an
+arrival, a completion), and starts whatever it returns.
+
+- Queue policy: FIFO (default): the first job that cannot start blocks the
+  ones behind it; with ``backfill`` a later job may start when an earlier
+  one cannot (first fit, no reservation).
+- A job may start when its GPUs are free somewhere: the planner
+  (:data:`spiderflow.placement.PLANNERS` by name, or any strategy, e.g.
+  :func:`fixed_plan`) places and plans it against the free GPUs per cluster
+  and the link load (WAN routes of the running jobs, one per flow), with
+  the configured seed, ILP time limit and search budget. Its wall time is
+  the job's scheduling overhead (summed over attempts).
+- With ``hosts_per_cluster`` (the emulator, and a simulation of an emulator
+  replay) each rank of the plan (:func:`ranks_needed`) also needs a free
+  host in its cluster: the job waits for them.
+- A job is rejected, with its reason, when no empty topology could host it:
+  more GPUs than the topology has, no plan fitting memory on the empty
+  topology, or more ranks in a cluster than it has hosts.
+- Topology-aware admission (``wait``, SpinSearch only; the baselines start
+  at once, as their published systems do): before starting a job on what is
+  free now, the scheduler also plans it on what will be free when running
+  jobs end (their expected ends, which the driver keeps in
+  ``expected_end_s``: the simulator's completion events, the emulator's
+  predictions), at the next :data:`LOOKAHEAD` distinct end times, and waits
+  when one of those finishes the job sooner by more than :data:`WAIT_MARGIN`
+  of its run time. A waiting job reserves the GPUs of that placement: a
+  later job may start meanwhile (it does not block the queue) unless it would
+  still hold GPUs the reservation needs at its time. Each decision and its
+  reason is kept in the record's ``admission``.
+
+Defaults (:class:`SchedulerConfig`) are the same in ``spiderflow simulate``,
+``compare``, ``emulator run`` and ``emulator compare``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from spiderflow.costmodel import NO_CALIBRATION, Calibration, estimate
+from spiderflow.errors import InfeasiblePlan
+from spiderflow.placement import PLANNERS, Placement, PlacementRequest
+from spiderflow.placement.base import Strategy
+from spiderflow.plan import Plan
+from spiderflow.simulate.flows import plan_routes
+from spiderflow.topology import Topology
+from spiderflow.workload import Job
+
+DEFAULT_TIME_LIMIT_S = 10.0  # ILP solver limit per decision (the planner library's own default is 60 s)
+LOOKAHEAD = 3  # expected end times of running jobs a waiting decision looks at
+WAIT_MARGIN = 0.05  # wait only when that finishes the job sooner by more than this share of its run
+ADMITTING = ("spinsearch",)  # planners that decide between starting now and waiting
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    planner: str | Strategy = "spinsearch"  # a name in PLANNERS, or a strategy (fixed_plan)
+    backfill: bool = False
+    seed: int = 0
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S
+    search_budget: int | None = None  # genetic trials per decision; None: the planner's default
+    calibration: Calibration = NO_CALIBRATION
+    wait: bool = True  # topology-aware admission (module docstring); only SpinSearch uses it
+
+    @property
+    def admits(self) -> bool:
+        return self.wait and self.planner in ADMITTING
+
+    @property
+    def planner_name(self) -> str:
+        return self.planner if isinstance(self.planner, str) else getattr(self.planner, "name", "fixed")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.planner, str) and self.planner not in PLANNERS:
+            raise ValueError(f"unknown planner {self.planner!r}; known: {', '.join(PLANNERS)}")
+
+
+@dataclass(kw_only=True)
+class JobRecord:
+    """One job of a replay. ``arrival_s`` is the replay's clock (the trace's, or the emulator's
+    compressed one); ``start_s``/``end_s`` are set by the driver that runs the job."""
+
+    job: Job
+    arrival_s: float
+    status: str = "queued"  # queued | running | done | rejected (the emulator ends jobs ok | failed | interrupted)
+    reason: str = ""
+    overhead_s: float = 0.0  # planner wall time, every attempt
+    placement: dict[str, int] = field(default_factory=dict)  # GPUs per cluster
+    segments: tuple = ()  # the planner's (cluster, GPUs) in its order
+    plan: Plan | None = None
+    routes: list = field(default_factory=list)  # the plan's WAN flows, each a list of link keys
+    hosts: dict[str, int] = field(default_factory=dict)  # hosts taken per cluster (with hosts_per_cluster)
+    start_s: float | None = None
+    end_s: float | None = None
+    expected_end_s: float | None = None  # kept by the driver while the job runs (admission)
+    admission: str = ""  # the last admission decision and why (SpinSearch with wait)
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "done"
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end_s is None or not self.completed else self.end_s - self.arrival_s
+
+    @property
+    def queue_s(self) -> float | None:
+        return None if self.start_s is None else self.start_s - self.arrival_s
+
+
+def fixed_plan(plan: Plan, name: str = "fixed") -> Strategy:
+    """A strategy that always answers ``plan`` (calibration runs chosen plans through the replay)."""
+
+    def place(req: PlacementRequest) -> Placement:
+        for c, g in plan.placement.items():
+            if req.free_gpus.get(c, 0) < g:
+                raise InfeasiblePlan(f"{req.job.job_id}: the fixed plan needs {g} GPUs in {c}, "
+                                     f"{req.free_gpus.get(c, 0)} free")
+        return Placement(segments=tuple(plan.placement.items()), plan=plan)
+
+    place.name = name  # type: ignore[attr-defined]
+    return place
+
+
+def ranks_needed(plan: Plan) -> dict[str, int]:
+    """Emulated ranks the plan puts in each cluster: one per (replica, stage), as
+    :meth:`spiderflow.costmodel.PlanWork.ranks_per_cluster` lays them out."""
+    return dict(Counter(s.cluster for rep in plan.replicas for s in rep))
+
+
+@dataclass(frozen=True)
+class _Reservation:
+    """GPUs per cluster a waiting job expects to take at ``at_s``."""
+
+    holder: str
+    at_s: float
+    gpus: dict[str, int]
+
+
+class Scheduler:
+    def __init__(self, topology: Topology, config: SchedulerConfig,
+                 hosts_per_cluster: dict[str, int] | None = None) -> None:
+        self.topo, self.cfg = topology, config
+        self.free = {c.name: c.total_gpus for c in topology.clusters}
+        self.hosts_per_cluster = dict(hosts_per_cluster) if hosts_per_cluster is not None else None
+        self.free_hosts = dict(hosts_per_cluster) if hosts_per_cluster is not None else None
+        self.running: list[JobRecord] = []
+        self._reservations: list[_Reservation] = []
+        self._strategy = PLANNERS[config.planner] if isinstance(config.planner, str) else config.planner
+
+    # ------------------------------------------------------------------ state
+    def link_load(self) -> dict[tuple[str, str], float]:
+        """Flows per link of the running jobs (what the planner is told)."""
+        load: Counter = Counter()
+        for rec in self.running:
+            for route in rec.routes:
+                for key in route:
+                    load[key] += 1
+        return dict(load)
+
+    def release(self, rec: JobRecord) -> None:
+        """``rec`` stopped running (done, failed, interrupted): its GPUs and hosts are free again."""
+        self.running.remove(rec)
+        for c, g in rec.placement.items():
+            self.free[c] += g
+        if self.free_hosts is not None:
+            for c, k in rec.hosts.items():
+                self.free_hosts[c] += k
+
+    # ------------------------------------------------------------------ decisions
+    def schedule(self, queued: Iterable[JobRecord], now: float = 0.0,
+                 on_start: Callable[[JobRecord], None] | None = None) -> list[JobRecord]:
+        """Decide for the arrived, queued jobs (in arrival order) at time ``now`` under the queue
+        policy; return those whose status changed (now ``running`` with their plan, or
+        ``rejected`` with a reason). A job that chose to wait does not block the ones behind it.
+        ``on_start`` is called with each job as soon as it is started, before the next decision
+        (the emulator launches it while the planner decides the next)."""
+        changed = []
+        self._reservations: list[_Reservation] = []
+        for rec in queued:
+            if rec.status != "queued":
+                continue
+            waited = self._try_start(rec, now)
+            if rec.status != "queued":
+                changed.append(rec)
+                if on_start is not None and rec.status == "running":
+                    on_start(rec)
+            elif not (self.cfg.backfill or waited):
+                break
+        return changed
+
+    def _reject(self, rec: JobRecord, reason: str) -> None:
+        rec.status, rec.reason = "rejected", reason
+
+    def _all_free(self) -> bool:
+        return not self.running
+
+    def _request(self, job: Job, free: dict[str, int], load: dict) -> PlacementRequest:
+        cfg = self.cfg
+        return PlacementRequest(job=job, topology=self.topo, free_gpus=dict(free), link_load=load,
+                                calibration=cfg.calibration, seed=cfg.seed, time_limit_s=cfg.time_limit_s,
+                                search_budget=cfg.search_budget)
+
+    def _place(self, rec: JobRecord, req: PlacementRequest) -> Placement:
+        """The strategy's answer, its wall time added to the job's overhead (InfeasiblePlan passes)."""
+        t0 = time.perf_counter()
+        try:
+            return self._strategy(req)
+        finally:
+            rec.overhead_s += time.perf_counter() - t0
+
+    def _run_s(self, rec: JobRecord, placement: Placement, req: PlacementRequest) -> float:
+        """Predicted run time of ``rec`` on ``placement`` (the cost model's closed form, current load)."""
+        return rec.job.iterations * estimate(placement.plan, req.topology_view())
+
+    def _try_start(self, rec: JobRecord, now: float) -> bool:
+        """Start ``rec`` if it can and should; True when it waits by choice (admission or a
+        reservation), so that it does not block the queue."""
+        job = rec.job
+        if job.gpus > self.topo.total_gpus:
+            self._reject(rec, f"{job.job_id}: wants {job.gpus} GPUs, the topology has {self.topo.total_gpus}")
+            return False
+        if job.gpus > sum(self.free.values()):
+            return False
+        req = self._request(job, self.free, self.link_load())
+        try:
+            placement = self._place(rec, req)
+        except InfeasiblePlan as exc:
+            if self._all_free():
+                self._reject(rec, str(exc))
+            return False
+        plan = placement.plan
+        need = ranks_needed(plan) if self.hosts_per_cluster is not None else {}
+        for c, k in need.items():
+            if k > self.hosts_per_cluster[c]:
+                self._reject(rec, f"{job.job_id}: its plan needs {k} ranks in {c}, the emulation has "
+                                  f"{self.hosts_per_cluster[c]} hosts per cluster (raise --hosts-per-cluster)")
+                return False
+        if any(k > self.free_hosts[c] for c, k in need.items()):
+            return False  # wait for hosts
+        if self.cfg.admits:
+            if self.running:
+                if self._waits(rec, placement, req, now):
+                    return True
+            else:
+                rec.admission = (f"started now on {' '.join(f'{c}:{g}' for c, g in placement.segments)}: "
+                                 "no running job to wait for")
+        if self._reservations and self._delays_a_reservation(rec, placement, req, now):
+            return True
+        self._commit(rec, placement, need)
+        return False
+
+    def _ending_by(self, t: float) -> list[JobRecord]:
+        return [r for r in self.running if r.expected_end_s is not None and r.expected_end_s <= t]
+
+    def _waits(self, rec: JobRecord, placement: Placement, req: PlacementRequest, now: float) -> bool:
+        """Admission: plan ``rec`` on what the next running jobs to end will leave free; wait (and
+        reserve) when that finishes it sooner (module docstring)."""
+        finish_now = now + self._run_s(rec, placement, req)
+        ends = sorted({r.expected_end_s for r in self.running if r.expected_end_s is not None})
+        best = None
+        for t in ends[:LOOKAHEAD]:
+            t = max(t, now)
+            gone = self._ending_by(t)
+            free = dict(self.free)
+            for r in gone:
+                for c, g in r.placement.items():
+                    free[c] += g
+            load: Counter = Counter(self.link_load())
+            for r in gone:
+                for route in r.routes:
+                    for key in route:
+                        load[key] -= 1
+            later_req = self._request(rec.job, free, {k: v for k, v in load.items() if v > 0})
+            try:
+                later = self._place(rec, later_req)
+            except InfeasiblePlan:
+                continue
+            if self.hosts_per_cluster is not None:
+                hosts = dict(self.free_hosts)
+                for r in gone:
+                    for c, k in r.hosts.items():
+                        hosts[c] += k
+                if any(k > hosts[c] for c, k in ranks_needed(later.plan).items()):
+                    continue
+            finish = t + self._run_s(rec, later, later_req)
+            if best is None or finish < best[0]:
+                best = (finish, t, later, [r.job.job_id for r in gone])
+        where = " ".join(f"{c}:{g}" for c, g in placement.segments)
+        if best is not None and best[0] < finish_now - WAIT_MARGIN * (finish_now - now):
+            finish, t, later, names = best
+            rec.admission = (f"waits for {', '.join(names)} to end (expected at {t:.6g} s): finishes at "
+                             f"{finish:.6g} s on {' '.join(f'{c}:{g}' for c, g in later.segments)} vs "
+                             f"{finish_now:.6g} s if started now on {where}")
+            self._reservations.append(_Reservation(rec.job.job_id, t, dict(later.plan.placement)))
+            return True
+        rec.admission = f"started now on {where}: finishes at {finish_now:.6g} s" + (
+            f" (waiting: {best[0]:.6g} s)" if best is not None else "")
+        return False
+
+    def _delays_a_reservation(self, rec: JobRecord, placement: Placement, req: PlacementRequest,
+                              now: float) -> bool:
+        """Would starting ``rec`` now keep GPUs that a waiting job expects at its time?"""
+        end = now + self._run_s(rec, placement, req)
+        use = placement.plan.placement
+        for res in self._reservations:
+            if end <= res.at_s:
+                continue  # done before the waiting job's expected start
+            free = dict(self.free)
+            for r in self._ending_by(res.at_s):
+                for c, g in r.placement.items():
+                    free[c] += g
+            if any(free[c] - use.get(c, 0) < g for c, g in res.gpus.items()):
+                rec.admission = (f"waits: starting now would delay {res.holder}, which waits for GPUs "
+                                 f"expected free at {res.at_s:.6g} s")
+                return True
+        return False
+
+    def _commit(self, rec: JobRecord, placement: Placement, need: dict[str, int]) -> None:
+        plan = placement.plan
+        for c, g in plan.placement.items():
+            self.free[c] -= g
+        for c, k in need.items():
+            self.free_hosts[c] -= k
+        rec.plan, rec.placement, rec.segments, rec.hosts = plan, plan.placement, tuple(placement.segments), need
+        rec.routes = plan_routes(plan, self.topo)
+        rec.status = "running"
+        self.running.append(rec)
+
+
+def records(jobs: Iterable[Job], factory: Callable[..., JobRecord] = JobRecord, *,
+            time_scale: float = 1.0) -> list[JobRecord]:
+    """One record per job, arrivals divided by ``time_scale`` (the emulator's compression)."""
+    return [factory(job=j, arrival_s=j.arrival_s / time_scale) for j in jobs]

@@ -1,0 +1,81 @@
+"""`emulator compare`'s simulated replay (no root): the simulator replays what the emulator replays."""
+
+import dataclasses
+
+import pytest
+
+from emulator.compare import headline, ranking, replay_jobs, simulated_replay
+from emulator.jobs.launch import emulated_view, predict_emulated
+from emulator.jobs.replay import RunConfig
+from emulator.jobs.startup import FIXED_WALL_S, startup_s
+from emulator.net.layout import NetConfig
+from spiderflow.placement import PlacementRequest, run_planner
+from spiderflow.shipped import find
+from spiderflow.topology import load_topology
+from spiderflow.traces import load_trace
+
+TOPO = load_topology(find("default", "topology"))
+JOBS = load_trace(find("default", "trace")).jobs
+FREE = {c.name: c.total_gpus for c in TOPO.clusters}
+
+
+def _cfg(**kw):
+    net = NetConfig(hosts_per_cluster=kw.pop("hosts", 4), dilation=kw.pop("dilation", 2.0))
+    return RunConfig(planner="spinsearch", iterations=6, time_scale=10.0, net=net, **kw)
+
+
+def test_the_simulation_replays_the_emulators_arrivals_iterations_and_network():
+    cfg = _cfg()
+    jobs = replay_jobs(JOBS, cfg.iterations)
+    recs = simulated_replay(TOPO, jobs, cfg, startup=0.0)
+    assert [r.arrival_s for r in recs] == [j.arrival_s / 10.0 for j in JOBS]
+    assert all(r.job.iterations == 6 for r in recs) and all(r.completed for r in recs)
+    first = recs[0]  # alone on the network while it runs its 6 iterations (the next arrives later)
+    alone = predict_emulated(first.plan, emulated_view(TOPO, cfg.net))
+    assert first.alone_iteration_s == pytest.approx(alone)  # priced as the emulator predicts it
+    assert first.end_s - first.start_s == pytest.approx(6 * alone)
+    assert first.start_s == pytest.approx(first.arrival_s + first.overhead_s / cfg.net.dilation)
+
+
+def test_the_startup_model_moves_each_end_by_its_plans_startup():
+    cfg = _cfg()
+    jobs = replay_jobs(JOBS, cfg.iterations)
+    plain = simulated_replay(TOPO, jobs[:1], cfg, startup=0.0)[0]
+    modelled = simulated_replay(TOPO, jobs[:1], cfg)[0]
+    extra = startup_s(modelled.plan, TOPO, cfg.net.dilation)
+    assert extra >= FIXED_WALL_S / cfg.net.dilation
+    assert modelled.end_s - modelled.start_s == pytest.approx(plain.end_s - plain.start_s + extra)
+
+
+def test_startup_grows_with_ranks_and_round_trips():
+    """A one-cluster plan pays the fixed cost only; a plan across the WAN pays round trips too,
+    more the farther apart its clusters."""
+    local = run_planner("spinsearch", PlacementRequest(job=JOBS[0], topology=TOPO, free_gpus=FREE)).placement.plan
+    assert len(local.placement) == 1
+    assert startup_s(local, TOPO, 4.0) == pytest.approx(FIXED_WALL_S / 4.0)
+    big = dataclasses.replace(JOBS[0], gpus=24)  # no cluster has 24 GPUs
+    wide = run_planner("spinsearch", PlacementRequest(job=big, topology=TOPO, free_gpus=FREE)).placement.plan
+    assert len(wide.placement) > 1
+    rtt = max(2 * TOPO.path(a, b).latency_ms / 1000 for a in wide.placement for b in wide.placement)
+    assert startup_s(wide, TOPO, 4.0) > 10 * rtt  # tens of round trips: rendezvous and slow start
+
+
+def test_hosts_per_cluster_bind_the_simulation_as_they_bind_the_emulator():
+    cfg = _cfg(hosts=1)
+    recs = simulated_replay(TOPO, replay_jobs(JOBS, 6), cfg, startup=0.0)
+    rejected = [r for r in recs if r.status == "rejected"]
+    assert all("--hosts-per-cluster" in r.reason for r in rejected)
+    assert all(max(r.hosts.values()) <= 1 for r in recs if r.completed)
+
+
+def test_headline_ratios_point_one_way_and_ranking_is_by_avg_jct():
+    def side(jct, thr):
+        return {"completed": 2, "jobs": 2, "avg_jct_s": jct, "p95_jct_s": jct, "throughput_tokens_per_s": thr,
+                "gpu_utilization": 0.5, "avg_overhead_s": 0.01}
+    results = {"spinsearch": {"measured": side(10.0, 100.0), "simulated": side(9.0, 110.0), "error_pct": {
+                   "avg_jct_s": -10.0, "throughput_tokens_per_s": 10.0}},
+               "blind": {"measured": side(20.0, 50.0), "simulated": side(18.0, 55.0), "error_pct": {
+                   "avg_jct_s": -10.0, "throughput_tokens_per_s": 10.0}}}
+    row = next(l for l in headline(results).splitlines() if l.startswith("| blind"))
+    assert "| 2.00x | 2.00x | 2.00x | 2.00x |" in row  # JCT and throughput: > 1, SpinSearch better
+    assert ranking(results, "measured") == ranking(results, "simulated") == ["spinsearch", "blind"]

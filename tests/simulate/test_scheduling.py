@@ -1,0 +1,176 @@
+"""The shared scheduler (spiderflow.scheduling): hosts per cluster, fixed plans, and the simulator's
+replay of an emulator run (start-up allowance, overhead on the replay's clock, priced network)."""
+
+import dataclasses
+
+import pytest
+
+from spiderflow.costmodel import TopologyView, estimate
+from spiderflow.plan import Plan, Stage
+from spiderflow.scheduling import JobRecord, Scheduler, SchedulerConfig, fixed_plan, ranks_needed
+from spiderflow.simulate.engine import SimConfig, simulate
+from spiderflow.topology import parse_topology
+from spiderflow.workload import Job
+from tests.simulate.test_sim_engine import job, two_sites
+
+
+def _records(jobs):
+    return [JobRecord(job=j, arrival_s=j.arrival_s) for j in jobs]
+
+
+def test_a_job_waits_for_hosts_and_starts_when_they_return():
+    """One host per cluster: a two-stage pipeline over a and b takes both hosts, so a small job
+    waits for a host although GPUs are free, and starts once the pipeline is released."""
+    topo = two_sites()
+    pipe = _pipeline(topo, stages=("a", "b"))
+    sched = Scheduler(topo, SchedulerConfig(planner="blind"), hosts_per_cluster={"a": 1, "b": 1})
+    sched._strategy = fixed_plan(pipe)  # the first decision: the pipeline
+    (r0,) = _records([pipe.job])
+    assert sched.schedule([r0]) == [r0] and r0.hosts == {"a": 1, "b": 1} == ranks_needed(pipe)
+    assert sched.free_hosts == {"a": 0, "b": 0} and sum(sched.free.values()) == 14
+    sched._strategy = fixed_plan(_pipeline(topo, stages=("a",), job_id="small"))
+    (r1,) = _records([_pipeline(topo, stages=("a",), job_id="small").job])
+    assert sched.schedule([r1]) == [] and r1.status == "queued" and r1.overhead_s > 0  # planned, then waited
+    sched.release(r0)
+    assert sched.free_hosts == {"a": 1, "b": 1} and sched.free == {"a": 8, "b": 8}
+    assert sched.schedule([r1]) == [r1] and r1.status == "running"
+
+
+def test_more_ranks_than_hosts_is_rejected_with_the_fix():
+    topo = two_sites()
+    plan = _pipeline(topo)  # two stages in a, one in b
+    sched = Scheduler(topo, SchedulerConfig(planner=fixed_plan(plan)), hosts_per_cluster={"a": 1, "b": 1})
+    (rec,) = _records([plan.job])
+    assert sched.schedule([rec]) == [rec]
+    assert rec.status == "rejected" and "needs 2 ranks in a" in rec.reason and "--hosts-per-cluster" in rec.reason
+
+
+def _pipeline(topo, stages=("a", "a", "b"), job_id="p"):
+    """A one-replica pipeline, one GPU per stage, over ``stages`` (clusters)."""
+    j = Job(job_id=job_id, arrival_s=0.0, model="gpt3-350m", gpus=len(stages), iterations=4, global_batch=8,
+            seq_len=1024)
+    bounds = [round(24 * i / len(stages)) for i in range(len(stages) + 1)]
+    reps = (tuple(Stage(cluster=c, layer_start=bounds[i], layer_end=bounds[i + 1], tp=1) for i, c in enumerate(stages)),)
+    return Plan(job=j, replicas=reps, dp=1, micro_batch_size=1, micro_batches=8)
+
+
+def test_fixed_plan_is_a_planner_and_waits_for_its_gpus():
+    topo = two_sites()
+    plan = _pipeline(topo)
+    cfg = SchedulerConfig(planner=fixed_plan(plan, "pipe"))
+    assert cfg.planner_name == "pipe"
+    sched = Scheduler(topo, cfg)
+    (rec,) = _records([plan.job])
+    sched.free["a"] = 1  # as if another job held 7 of a's GPUs: the plan needs two there
+    sched.running.append(JobRecord(job=job(9, 7), arrival_s=0.0, status="running"))
+    assert sched.schedule([rec]) == [] and rec.status == "queued"  # not rejected: the topology is not empty
+    sched.running.clear()
+    sched.free["a"] = 8
+    assert sched.schedule([rec]) == [rec] and rec.placement == {"a": 2, "b": 1}
+
+
+def test_fifo_head_blocks_and_backfill_passes_it():
+    topo = two_sites()
+    for backfill, started in ((False, ["j0"]), (True, ["j0", "j2"])):
+        sched = Scheduler(topo, SchedulerConfig(planner="blind", backfill=backfill))
+        recs = _records([job(0, 12), job(1, 16), job(2, 4)])
+        assert [r.job.job_id for r in sched.schedule(recs)] == started
+
+
+def test_startup_allowance_and_charged_overhead_move_the_end_exactly():
+    topo = two_sites()
+    jobs = [job(0, 16, iterations=5)]
+    (plain,) = simulate(topo, jobs, SimConfig(planner="blind"))
+    (late,) = simulate(topo, jobs, SimConfig(planner="blind", startup_s=2.5))
+    assert late.start_s == plain.start_s and late.end_s == pytest.approx(plain.end_s + 2.5)
+    (charged,) = simulate(topo, jobs, SimConfig(planner="blind", charge_overhead=True, overhead_scale=0.25))
+    assert charged.start_s == pytest.approx(charged.overhead_s * 0.25)
+    assert charged.end_s == pytest.approx(charged.start_s + plain.end_s - plain.start_s)
+
+
+def test_priced_topology_prices_iterations_while_planning_stays_on_the_topology():
+    """A simulation of an emulator replay prices the plan on the network as the emulator shapes it,
+    not on the topology the planner saw: here the priced network's WAN link is 10x thinner."""
+    topo = two_sites()
+    thin = dataclasses.replace(topo, links=tuple(dataclasses.replace(l, bandwidth_gbps=0.1) for l in topo.links))
+    jobs = [job(0, 16, iterations=3)]
+    (base,) = simulate(topo, jobs, SimConfig(planner="blind"))
+    (priced,) = simulate(topo, jobs, SimConfig(planner="blind", priced_topology=thin))
+    assert priced.placement == base.placement == {"a": 8, "b": 8}
+    assert priced.alone_iteration_s == pytest.approx(estimate(priced.plan, TopologyView(topology=thin)), rel=0.02)
+    assert priced.alone_iteration_s > 1.5 * base.alone_iteration_s
+    assert priced.jct_s == pytest.approx(3 * priced.alone_iteration_s)
+
+
+def test_unknown_planner_name_is_refused():
+    with pytest.raises(ValueError, match="unknown planner 'nope'"):
+        SchedulerConfig(planner="nope")
+
+
+def test_three_clusters_route_load_is_counted_per_flow():
+    topo = parse_topology({"name": "line", "clusters": [
+        {"name": n, "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8} for n in "abc"],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1.0, "latency_ms": 10.0},
+                  {"a": "b", "b": "c", "bandwidth_gbps": 1.0, "latency_ms": 10.0}]})
+    sched = Scheduler(topo, SchedulerConfig(planner="blind"))
+    (rec,) = _records([job(0, 12)])
+    sched.schedule([rec])
+    load = sched.link_load()
+    assert load and all(v == sum(key in route for route in rec.routes) for key, v in load.items())
+    sched.release(rec)
+    assert sched.link_load() == {}
+
+
+def test_charged_decisions_are_made_one_after_another():
+    """One scheduler: two jobs arriving together are planned in turn, so the second starts after
+    both decisions, not after its own alone."""
+    topo = two_sites()
+    first, second = simulate(topo, [job(0, 4, iterations=2), job(1, 4, iterations=2)],
+                             SimConfig(planner="genetic", charge_overhead=True, search_budget=200))
+    assert first.start_s == pytest.approx(first.overhead_s)
+    assert second.start_s == pytest.approx(first.overhead_s + second.overhead_s)
+    assert second.overhead_s > 0
+
+
+def fast_and_slow():
+    """a: 8 fast GPUs (h100), b: 8 slow ones (v100), one thin link: a job that must start now goes
+    to b or spans the link; waiting for a's GPUs can finish it sooner."""
+    return parse_topology({"name": "fs", "clusters": [
+        {"name": "a", "gpu": "h100", "nodes": 1, "gpus_per_node": 8},
+        {"name": "b", "gpu": "v100", "nodes": 1, "gpus_per_node": 8}],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 0.1, "latency_ms": 30.0}]})
+
+
+def test_spinsearch_waits_for_fast_gpus_and_lets_others_pass():
+    topo = fast_and_slow()
+    short = job(0, 4, iterations=3)  # takes half of a briefly
+    long = job(1, 8, arrival=0.5, iterations=400)
+    small = job(2, 4, arrival=1.0, iterations=3)  # fits on b beside the waiting job's reservation
+    wait = simulate(topo, [short, long, small], SimConfig(planner="spinsearch"))
+    now = simulate(topo, [short, long, small], SimConfig(planner="spinsearch", wait=False))
+    assert wait[0].placement == {"a": 4}
+    assert now[1].start_s == pytest.approx(0.5) and now[1].placement != {"a": 8}
+    assert wait[1].admission.startswith("started now on a:8")  # its last decision, once a freed up
+    assert wait[1].start_s == pytest.approx(wait[0].end_s) and wait[1].placement == {"a": 8}
+    assert wait[1].jct_s < now[1].jct_s  # waiting finished it sooner
+    assert wait[2].start_s == pytest.approx(1.0) and wait[2].placement == {"b": 4}  # not blocked (FIFO)
+    blind = simulate(topo, [short, long, small], SimConfig(planner="blind"))
+    assert blind[1].start_s == pytest.approx(0.5) and blind[1].admission == ""  # baselines start now
+
+
+def test_a_job_that_would_take_reserved_gpus_waits_too():
+    topo = fast_and_slow()
+    sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+    short, long, greedy = _records([job(0, 4, iterations=3), job(1, 8, iterations=400), job(2, 4, iterations=400)])
+    sched.schedule([short], now=0.0)
+    assert short.placement == {"a": 4}
+    short.expected_end_s = 1.0
+    # long waits for a:8 at t = 1; greedy (4 GPUs, long) would sit on a's last 4 GPUs or on b:
+    # on a it would delay long's reservation, so it is held back when SpinSearch picks a.
+    changed = sched.schedule([long, greedy], now=0.1)
+    assert long.status == "queued" and long.admission.startswith("waits for j0")
+    if greedy.status == "running":
+        assert "a" not in greedy.placement  # it took b's GPUs, clear of the reservation
+    else:
+        assert greedy.admission.startswith("waits: starting now would delay j1")
+    assert all(r.status == "running" for r in changed)
