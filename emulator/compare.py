@@ -34,6 +34,7 @@ import datetime as dt
 import json
 import math
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -68,7 +69,7 @@ SUMMARY_FIELDS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "throughput_tokens_per_
 JOB_FIELDS = ("job_id", "status", "placement", "simulated_placement", "ranks", "predicted_iteration_s",
               "measured_iteration_s", "iteration_error_pct", "simulated_iteration_s", "measured_jct_s",
               "simulated_jct_s", "jct_error_pct", "measured_queue_s", "simulated_queue_s", "startup_wall_s",
-              "overhead_s", "admission", "reason")
+              "overhead_s", "overhead_cpu_s", "admission", "reason")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,7 +158,8 @@ def job_rows(measured: list[JobRun], simulated: list[SimRecord], startup) -> lis
             "measured_jct_s": j.jct_s if j.completed else None, "simulated_jct_s": s.jct_s if s else None,
             "jct_error_pct": _pct(s.jct_s if s else None, j.jct_s if j.completed else None),
             "measured_queue_s": j.queue_s, "simulated_queue_s": s.queue_s if s else None,
-            "startup_wall_s": j.startup_wall_s, "overhead_s": j.overhead_s, "admission": j.admission,
+            "startup_wall_s": j.startup_wall_s, "overhead_s": j.overhead_s,
+            "overhead_cpu_s": j.overhead_cpu_s, "admission": j.admission,
             "reason": j.reason if j.status != "ok" else ""})
     return rows
 
@@ -243,9 +245,10 @@ def jct_cdf(results: dict[str, dict], stem: Path, title: str) -> None:
             xs = [row[f"{side}_jct_s"] for row in r["jobs"] if row[f"{side}_jct_s"] is not None]
             if xs:
                 ax.ecdf(xs, linestyle=style, color=colours[i % len(colours)], label=f"{name} {side}")
-    ax.set_xlabel("job completion time (real-equivalent s)")
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (real-equivalent s, log scale)")
     ax.set_ylabel("fraction of jobs")
-    ax.set_title(title, fontsize=8)
+    ax.set_title(textwrap.fill(title, 90), fontsize=8)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="lower right", ncols=2)
     fig.tight_layout()
@@ -284,7 +287,8 @@ def main(args: argparse.Namespace) -> int:
     progress = lambda msg: print(f"[compare] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     what = (f"{len(jobs)} jobs of {Path(trace_path).name} on {topo.name}, {args.iterations} iterations each, "
             f"arrivals / {args.time_scale:g}, {net.hosts_per_cluster} hosts per cluster, scale {net.scale:g}, "
-            f"dilation {net.dilation:g}, {'backfill' if args.backfill else 'FIFO'}")
+            f"dilation {net.dilation:g}, {'backfill' if args.backfill else 'FIFO'}, ILP limit {args.time_limit:g} s, "
+            f"genetic {args.search_budget or 4900} trials")
     config = {**provenance(), "topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planners": planners,
               "iterations": args.iterations, "warmup": args.warmup, "time_scale": args.time_scale,
               "backfill": args.backfill, "wait": args.wait, "seed": args.seed, "time_limit_s": args.time_limit,

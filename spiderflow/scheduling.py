@@ -90,6 +90,7 @@ class JobRecord:
     status: str = "queued"  # queued | running | done | rejected (the emulator ends jobs ok | failed | interrupted)
     reason: str = ""
     overhead_s: float = 0.0  # planner wall time, every attempt
+    overhead_cpu_s: float = 0.0  # the CPU time of those calls (less than the wall time on a busy machine)
     placement: dict[str, int] = field(default_factory=dict)  # GPUs per cluster
     segments: tuple = ()  # the planner's (cluster, GPUs) in its order
     plan: Plan | None = None
@@ -174,22 +175,33 @@ class Scheduler:
 
     # ------------------------------------------------------------------ decisions
     def schedule(self, queued: Iterable[JobRecord], now: float = 0.0,
-                 on_start: Callable[[JobRecord], None] | None = None) -> list[JobRecord]:
+                 on_start: Callable[[JobRecord], None] | None = None,
+                 on_decided: Callable[[JobRecord, float], None] | None = None,
+                 stop: Callable[[], bool] | None = None) -> list[JobRecord]:
         """Decide for the arrived, queued jobs (in arrival order) at time ``now`` under the queue
         policy; return those whose status changed (now ``running`` with their plan, or
         ``rejected`` with a reason). A job that chose to wait does not block the ones behind it.
-        ``on_start`` is called with each job as soon as it is started, before the next decision
-        (the emulator launches it while the planner decides the next)."""
+        Decisions are made one at a time, as one scheduler process makes them: ``on_decided`` is
+        called after each with the job and the planner seconds it just spent (the simulator moves
+        its scheduler's clock; the emulator looks at its running jobs), ``on_start`` with each job
+        it started (the emulator launches it before the next decision), and ``stop`` before each:
+        True ends the pass, leaving the rest queued (the simulator stops where its scheduler's
+        clock passes the next event)."""
         changed = []
         self._reservations: list[_Reservation] = []
         for rec in queued:
             if rec.status != "queued":
                 continue
+            if stop is not None and stop():
+                break
+            spent = rec.overhead_s
             waited = self._try_start(rec, now)
+            if on_start is not None and rec.status == "running":
+                on_start(rec)
+            if on_decided is not None:
+                on_decided(rec, rec.overhead_s - spent)
             if rec.status != "queued":
                 changed.append(rec)
-                if on_start is not None and rec.status == "running":
-                    on_start(rec)
             elif not (self.cfg.backfill or waited):
                 break
         return changed
@@ -208,11 +220,12 @@ class Scheduler:
 
     def _place(self, rec: JobRecord, req: PlacementRequest) -> Placement:
         """The strategy's answer, its wall time added to the job's overhead (InfeasiblePlan passes)."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             return self._strategy(req)
         finally:
             rec.overhead_s += time.perf_counter() - t0
+            rec.overhead_cpu_s += time.thread_time() - c0
 
     def _run_s(self, rec: JobRecord, placement: Placement, req: PlacementRequest) -> float:
         """Predicted run time of ``rec`` on ``placement`` (the cost model's closed form, current load)."""

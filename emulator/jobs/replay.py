@@ -255,21 +255,22 @@ class Runner:
         return self.jobs
 
     def _loop(self) -> None:
-        dirty = True
+        self._dirty = True
         arrived = 0
         while any(j.status in ("queued", "running") for j in self.jobs):
             now = self.now()
             n = sum(1 for j in self.jobs if j.arrival_s <= now)
             if n != arrived:
-                arrived, dirty = n, True
-            for j in self.jobs:
-                if j.status == "running" and self._poll(j):
-                    dirty = True
-            if dirty:
-                dirty = False
+                arrived, self._dirty = n, True
+            self._poll_running()
+            if self._dirty:
+                self._dirty = False
                 queued = [j for j in self.jobs if j.status == "queued" and j.arrival_s <= now]
                 said = {id(j): j.admission for j in queued}
-                for j in self.sched.schedule(queued, self.now(), on_start=self._launch):
+                # between two decisions, ended jobs are seen and release their GPUs and hosts (a
+                # planner taking seconds would otherwise hold them for the whole pass)
+                for j in self.sched.schedule(queued, self.now(), on_start=self._launch,
+                                             on_decided=lambda _rec, _spent: self._poll_running()):
                     if j.status == "rejected":
                         j.end_s = self.now()
                         self.log(f"{j.job.job_id}: REJECTED: {j.reason}")
@@ -277,6 +278,11 @@ class Runner:
                     if j.status == "queued" and j.admission and j.admission != said[id(j)]:
                         self.log(f"{j.job.job_id}: {j.admission}")
             time.sleep(POLL_S)
+
+    def _poll_running(self) -> None:
+        for j in self.jobs:
+            if j.status == "running" and self._poll(j):
+                self._dirty = True
 
     def interrupt(self) -> None:
         """Mark what is still running or queued (on Ctrl-C); measure what the ranks wrote."""

@@ -98,6 +98,7 @@ class Simulation:
         self.capacity = {l.key: l.bandwidth_gbps for l in self.priced.links}
         self.flows_changed = False  # a job with WAN flows started or ended since the last reshare
         self.decider_free_s = 0.0  # with charge_overhead: when the scheduler's last decision ended
+        self.decider_s = 0.0  # the scheduler's clock during a pass
 
     @property
     def running(self) -> list[SimRecord]:
@@ -137,26 +138,35 @@ class Simulation:
             self.progress(1)
 
     def _schedule(self, now: float) -> bool:
-        spent_before = [(rec, rec.overhead_s) for rec in self.queue]
-        t = max(now, self.decider_free_s) if self.cfg.charge_overhead else now
-        changed = self.sched.schedule(self.queue, t)
-        # Decisions in queue order, one after another: each job's start is when its own ended.
-        decided_at = {}
-        if self.cfg.charge_overhead:
-            for rec, before in spent_before:
-                if rec.overhead_s > before:
-                    t += (rec.overhead_s - before) * self.cfg.overhead_scale
-                    decided_at[id(rec)] = t
-            self.decider_free_s = t
-        started = False
+        """One scheduling pass. With ``charge_overhead`` the scheduler has a clock of its own: each
+        decision takes the planner's time (x ``overhead_scale``) after the one before, a job starts
+        when its decision ends, and the pass stops once that clock passes the next event (the
+        jobs not yet decided are decided after it, as a scheduler busy planning sees a completion
+        only once it is done with the decision at hand)."""
+        charge, scale = self.cfg.charge_overhead, self.cfg.overhead_scale
+        self.decider_s = max(now, self.decider_free_s) if charge else now
+        started: list[tuple[SimRecord, float]] = []
+
+        def decided(rec: SimRecord, spent: float) -> None:
+            if charge:
+                self.decider_s += spent * scale
+            if rec.status == "running":
+                started.append((rec, self.decider_s))
+
+        def stop() -> bool:
+            upcoming = self.events.peek_time()
+            return charge and upcoming is not None and self.decider_s > upcoming
+
+        changed = self.sched.schedule(self.queue, self.decider_s, on_decided=decided, stop=stop)
+        if charge:
+            self.decider_free_s = self.decider_s
         for rec in changed:
             self.queue.remove(rec)
-            if rec.status == "running":
-                self._start(rec, decided_at.get(id(rec), now))
-                started = True
-            elif self.progress:  # rejected
+            if rec.status == "rejected" and self.progress:
                 self.progress(1)
-        return started
+        for rec, start_s in started:
+            self._start(rec, start_s)
+        return bool(started)
 
     def _start(self, rec: SimRecord, start_s: float) -> None:
         """``rec`` was planned; it starts at ``start_s`` (its decision's end, see _schedule)."""
