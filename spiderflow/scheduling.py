@@ -1,8 +1,10 @@
 """The one scheduler both replays drive: the simulator's event loop and the emulator's rank pool.
 
-Pure bookkeeping and decisions, no clock: the driver hands it the jobs that
-have arrived and are queued, in arrival order, whenever something changed (an
-arrival, a completion), and starts whatever it returns.
+Pure bookkeeping and decisions, no clock of its own: the driver hands it the
+jobs that have arrived and are queued, in arrival order, with its own time,
+whenever something changed (an arrival, a completion), and runs the jobs it
+starts (:meth:`Scheduler.schedule`: decisions one at a time, with hooks between
+them). It releases a job's GPUs and hosts when the driver says it stopped.
 
 - Queue policy: FIFO (default): the first job that cannot start blocks the
   ones behind it; with ``backfill`` a later job may start when an earlier

@@ -67,8 +67,9 @@ BASE_PORT = 29500
 # joined, so a burst of starting ranks does not slow the schedules of running jobs.
 STARTUP_NICE = 10
 # The replay's own process (the scheduler and its planner calls) runs ahead of the ranks: a real
-# scheduler does not share its CPU with the jobs it places, and a planner starved by 30 ranks on
-# 2 cores took 4-5x its own time, which the replay's clock then counted as scheduling overhead.
+# scheduler does not share its CPU with the jobs it places, and the replay's clock counts the
+# planner's wall time as scheduling overhead. (Even so, genetic's decisions beside 34 ranks on
+# 2 cores took 1.4x their time in the simulation: the delay daemons run at real-time priority.)
 PLANNER_NICE = -10
 # A rank's log holds tracebacks and library warnings (kilobytes); one that floods it must not fill
 # the disk. Checked every poll (POLL_S), so a rank may write what it manages between two checks
