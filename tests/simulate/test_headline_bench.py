@@ -1,0 +1,122 @@
+"""benchmarks/headline.py on a tiny case: its tables agree with its rows, every run completed jobs.
+
+2 seeds x 6 jobs on paper8 at load 0.5, SpinSearch against the topology-blind
+baseline (the fast ones: a few seconds in all).
+"""
+
+import csv
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("headline_bench", REPO / "benchmarks" / "headline.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+@pytest.fixture(scope="module")
+def result(bench, tmp_path_factory):
+    out = tmp_path_factory.mktemp("headline")
+    res = bench.run_benchmark(out, seeds=(2, {}), jobs=(6, {}), topologies=[str(REPO / "topologies/paper8.yaml")],
+                              loads=[0.5], planners=["spinsearch", "blind"], real=None, log=lambda _s: None,
+                              argv=["headline.py", "--seeds", "2"])
+    return out, res
+
+
+def _rows(out):
+    with open(out / "rows.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_one_row_per_seed_and_planner_every_job_done(result):
+    out, _ = result
+    rows = _rows(out)
+    assert [(r["topology"], r["load"], r["seed"], r["planner"]) for r in rows] == [
+        ("paper8", "0.5", s, p) for s in ("0", "1") for p in ("spinsearch", "blind")]
+    for r in rows:
+        assert int(r["jobs"]) == 6 and int(r["completed"]) == 6 and int(r["rejected"]) == 0
+        assert float(r["avg_jct_s"]) > 0 and float(r["throughput_tokens_per_s"]) > 0
+        assert int(r["planner_calls"]) >= 6  # at least one decision per job
+        assert abs(float(r["offered_load"]) - 0.5) < 1e-6  # arrivals sized to the load
+    # the same seed is the same trace for every planner
+    assert rows[0]["mean_interarrival_s"] == rows[1]["mean_interarrival_s"]
+
+
+def test_ratios_in_the_table_match_rows_csv(result):
+    out, res = result
+    rows = {(r["seed"], r["planner"]): r for r in _rows(out)}
+    jct = [float(rows[(s, "blind")]["avg_jct_s"]) / float(rows[(s, "spinsearch")]["avg_jct_s"]) for s in ("0", "1")]
+    thr = [float(rows[(s, "spinsearch")]["throughput_tokens_per_s"]) / float(rows[(s, "blind")]["throughput_tokens_per_s"])
+           for s in ("0", "1")]
+    gmean = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
+    (r,) = res["ratios"]
+    assert r["other"] == "blind" and r["seeds"] == 2
+    assert r["jct"] == pytest.approx(gmean(jct)) and r["thr"] == pytest.approx(gmean(thr))
+    assert r["jct_min"] == pytest.approx(min(jct)) and r["thr_min"] == pytest.approx(min(thr))
+    assert r["jct_lo"] <= r["jct"] <= r["jct_hi"] and r["thr_lo"] <= r["thr"] <= r["thr_hi"]
+    # t-interval on the logs, 1 degree of freedom: t = 12.706
+    half = 12.706 * abs(math.log(jct[0]) - math.log(jct[1])) / math.sqrt(2) / math.sqrt(2)
+    assert r["jct_hi"] == pytest.approx(gmean(jct) * math.exp(half))
+    table = (out / "headline.md").read_text()
+    line = next(ln for ln in table.splitlines() if ln.startswith("| paper8 | 0.5 | blind |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3:5] == ["2", f"{gmean(jct):.2f}"] and cells[6] == f"{min(jct):.2f}"
+    assert cells[7] == f"{gmean(thr):.2f}" and cells[9] == f"{min(thr):.2f}"
+
+
+def test_overhead_table_and_calls_csv_agree(result):
+    out, _ = result
+    with open(out / "calls.csv", newline="") as fh:
+        calls = list(csv.DictReader(fh))
+    rows = _rows(out)
+    for p in ("spinsearch", "blind"):
+        mine = [float(c["call_s"]) for c in calls if c["planner"] == p]
+        assert len(mine) == sum(int(r["planner_calls"]) for r in rows if r["planner"] == p)
+        line = next(ln for ln in (out / "headline.md").read_text().splitlines()
+                    if re.match(rf"\| paper8 \| {p} \| \d+ \|", ln))
+        assert line.split("|")[3].strip() == str(len(mine))
+        assert line.split("|")[4].strip() == f"{sum(mine) / len(mine) * 1e3:.1f}"
+
+
+def test_config_records_provenance_and_settings(result):
+    out, _ = result
+    cfg = json.loads((out / "config.json").read_text())
+    for key in ("version", "git_commit", "argv", "python", "started", "machine", "wall_s"):
+        assert key in cfg
+    assert cfg["sim"]["charge_overhead"] is True and cfg["sim"]["time_limit_s"] == 10.0
+    assert cfg["planners"]["spinsearch"] == {"planner": "spinsearch", "wait": True}
+    assert [c["seed"] for c in cfg["cases"]] == [0, 1] and all(c["jobs"] == 6 for c in cfg["cases"])
+
+
+def test_planner_registry_restored(bench):
+    from spiderflow import placement
+
+    before = dict(placement.PLANNERS)
+    with pytest.raises(RuntimeError):
+        with bench.timed_planner("blind", []):
+            assert placement.PLANNERS["blind"] is not before["blind"]
+            raise RuntimeError("boom")
+    assert placement.PLANNERS == before
+
+
+def test_render_rewrites_the_same_tables(bench, result):
+    out, _ = result
+    before = (out / "headline.md").read_text()
+    (out / "headline.md").unlink()
+    assert bench.main(["headline.py", "--render", str(out)]) == 0
+    assert (out / "headline.md").read_text() == before
