@@ -38,16 +38,15 @@ import textwrap
 import time
 from pathlib import Path
 
-from emulator.jobs.dilation import Choice
 from emulator.jobs.launch import emulated_topology
 from emulator.jobs.pool import RankPool
 from emulator.jobs.replay import BASE_PORT, JobRun, RunConfig, Runner
 from emulator.jobs.startup import startup_s as job_startup_s
 from emulator.net.capability import require_root
-from emulator.net.check import add_network_arguments, network_config, resolve_topology
+from emulator.net.check import add_network_arguments, resolve_topology
 from emulator.net.state import StateStore
-from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, auto_dilation,
-                          check_calibration_dilation, check_warmup, write_results)
+from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, check_warmup,
+                          resolve_network, write_results)
 from spiderflow.cliutil import add_scheduler_arguments, dumps, float_in, int_in, name_list, output_dir
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
@@ -265,14 +264,9 @@ def main(args: argparse.Namespace) -> int:
     calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
     check_calibration_applies(calibration, topo, allow_other_topology=args.calibration_any_topology)
     planners = list(args.planners)
-    net = network_config(args, 1.0)
-    if args.dilation == "auto":  # sized by the reference planner's plans of every job alone
-        choice = auto_dilation(topo, jobs, net, planner=REFERENCE if REFERENCE in planners else planners[0],
-                               calibration=calibration)
-    else:
-        choice = Choice(dilation=args.dilation, reason="--dilation")
-    net = network_config(args, choice.dilation)
-    check_calibration_dilation(calibration, net.dilation)
+    # --dilation auto: sized by the reference planner's plans of every job alone
+    net, choice = resolve_network(args, topo, jobs, planner=REFERENCE if REFERENCE in planners else planners[0],
+                                  calibration=calibration)
     try:
         base = RunConfig(backfill=args.backfill, seed=args.seed, time_limit_s=args.time_limit, wait=args.wait,
                          search_budget=args.search_budget, iterations=args.iterations, warmup=args.warmup,

@@ -120,6 +120,19 @@ def check_calibration_dilation(calibration: Calibration, dilation: float) -> Non
                             f"with --dilation {dilation:g}")
 
 
+def resolve_network(args: argparse.Namespace, topo: Topology, jobs: list[Job], *, planner: str,
+                    calibration: Calibration) -> tuple[NetConfig, Choice]:
+    """The network options with ``--dilation`` resolved (``auto``: sized on ``planner``'s plans of
+    every job alone), checked against the calibration's dilation."""
+    if args.dilation == "auto":
+        choice = auto_dilation(topo, jobs, network_config(args, 1.0), planner=planner, calibration=calibration)
+    else:
+        choice = Choice(dilation=args.dilation, reason="--dilation")
+    net = network_config(args, choice.dilation)
+    check_calibration_dilation(calibration, net.dilation)
+    return net, choice
+
+
 def check_warmup(args: argparse.Namespace) -> None:
     """--warmup against --iterations (each option's own range is checked by its type), before any work."""
     if args.warmup > args.iterations - 2:
@@ -135,13 +148,7 @@ def main(args: argparse.Namespace) -> int:
     jobs = load_trace(trace_path).jobs
     calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
     check_calibration_applies(calibration, topo, allow_other_topology=args.calibration_any_topology)
-    net = network_config(args, 1.0)
-    if args.dilation == "auto":
-        choice = auto_dilation(topo, jobs, net, planner=args.planner, calibration=calibration)
-    else:
-        choice = Choice(dilation=args.dilation, reason="--dilation")
-    net = network_config(args, choice.dilation)
-    check_calibration_dilation(calibration, net.dilation)
+    net, choice = resolve_network(args, topo, jobs, planner=args.planner, calibration=calibration)
     try:
         cfg = RunConfig(planner=args.planner, backfill=args.backfill, seed=args.seed, time_limit_s=args.time_limit,
                         search_budget=args.search_budget, wait=args.wait, iterations=args.iterations,

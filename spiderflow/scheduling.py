@@ -116,6 +116,16 @@ class JobRecord:
         return None if self.start_s is None else self.start_s - self.arrival_s
 
 
+def link_load(records: Iterable[JobRecord]) -> dict[tuple[str, str], float]:
+    """Flows per link of these jobs' routes (a running job's WAN load, as the planner is told it)."""
+    load: Counter = Counter()
+    for rec in records:
+        for route in rec.routes:
+            for key in route:
+                load[key] += 1
+    return dict(load)
+
+
 def fixed_plan(plan: Plan, name: str = "fixed") -> Strategy:
     """A strategy that always answers ``plan`` (calibration runs chosen plans through the replay)."""
 
@@ -159,12 +169,7 @@ class Scheduler:
     # ------------------------------------------------------------------ state
     def link_load(self) -> dict[tuple[str, str], float]:
         """Flows per link of the running jobs (what the planner is told)."""
-        load: Counter = Counter()
-        for rec in self.running:
-            for route in rec.routes:
-                for key in route:
-                    load[key] += 1
-        return dict(load)
+        return link_load(self.running)
 
     def release(self, rec: JobRecord) -> None:
         """``rec`` stopped running (done, failed, interrupted): its GPUs and hosts are free again."""
@@ -273,6 +278,14 @@ class Scheduler:
     def _ending_by(self, t: float) -> list[JobRecord]:
         return [r for r in self.running if r.expected_end_s is not None and r.expected_end_s <= t]
 
+    def _free_after(self, gone: list[JobRecord]) -> dict[str, int]:
+        """Free GPUs per cluster once the jobs ``gone`` have ended."""
+        free = dict(self.free)
+        for r in gone:
+            for c, g in r.placement.items():
+                free[c] += g
+        return free
+
     def _waits(self, rec: JobRecord, placement: Placement, req: PlacementRequest, now: float) -> bool:
         """Admission: plan ``rec`` on what the next running jobs to end will leave free; wait (and
         reserve) when that finishes it sooner (module docstring)."""
@@ -282,16 +295,8 @@ class Scheduler:
         for t in ends[:LOOKAHEAD]:
             t = max(t, now)
             gone = self._ending_by(t)
-            free = dict(self.free)
-            for r in gone:
-                for c, g in r.placement.items():
-                    free[c] += g
-            load: Counter = Counter(self.link_load())
-            for r in gone:
-                for route in r.routes:
-                    for key in route:
-                        load[key] -= 1
-            later_req = self._request(rec.job, free, {k: v for k, v in load.items() if v > 0})
+            staying = [r for r in self.running if r not in gone]
+            later_req = self._request(rec.job, self._free_after(gone), link_load(staying))
             try:
                 later = self._place(rec, later_req)
             except InfeasiblePlan:
@@ -326,10 +331,7 @@ class Scheduler:
         for res in self._reservations:
             if end <= res.at_s:
                 continue  # done before the waiting job's expected start
-            free = dict(self.free)
-            for r in self._ending_by(res.at_s):
-                for c, g in r.placement.items():
-                    free[c] += g
+            free = self._free_after(self._ending_by(res.at_s))
             if any(free[c] - use.get(c, 0) < g for c, g in res.gpus.items()):
                 rec.admission = (f"waits: starting now would delay {res.holder}, which waits for GPUs "
                                  f"expected free at {res.at_s:.6g} s")

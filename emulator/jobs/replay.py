@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +54,7 @@ from emulator.net.state import MARKER_ENV
 from emulator.jobs.worker import STARTUP_NICE_ENV, RankSpec, rank_env
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, plan_work
 from spiderflow.placement.base import Strategy
-from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig
+from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig, link_load
 from spiderflow.topology import Topology
 from spiderflow.workload import Job
 
@@ -300,13 +299,7 @@ class Runner:
 
     def _load_without(self, j: JobRun) -> dict:
         """Flows per link of the running jobs other than ``j`` (what the planner saw for ``j``)."""
-        load: Counter = Counter()
-        for o in self.sched.running:
-            if o is not j:
-                for route in o.routes:
-                    for key in route:
-                        load[key] += 1
-        return dict(load)
+        return link_load(o for o in self.sched.running if o is not j)
 
     def _fail(self, j: JobRun, reason: str) -> None:
         j.status, j.reason = "failed", reason
@@ -479,12 +472,7 @@ class Runner:
     def _predict_shared(self, j: JobRun) -> None:
         """The prediction with the link load of every job that overlapped this one (an upper bound
         on the sharing it saw: the planner only knew the jobs running at its launch)."""
-        load: Counter = Counter()
-        for o in self.jobs:
-            if o.job.job_id in j.overlapped:
-                for route in o.routes:
-                    for key in route:
-                        load[key] += 1
+        load = link_load(o for o in self.jobs if o.job.job_id in j.overlapped)
         j.predicted_shared_s = predict_emulated(j.plan, self._view(load))
 
     def _release(self, j: JobRun) -> None:
