@@ -32,7 +32,6 @@ import csv
 import dataclasses
 import datetime as dt
 import json
-import math
 import sys
 import textwrap
 import time
@@ -54,7 +53,7 @@ from spiderflow.errors import EmulatorError
 from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
-from spiderflow.simulate.metrics import summarise
+from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
 from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import load_trace
 from spiderflow.workload import Job
@@ -169,14 +168,6 @@ def planner_result(measured: list[JobRun], simulated: list[SimRecord], total_gpu
     return {"measured": m, "simulated": s, "error_pct": error, "jobs": job_rows(measured, simulated, startup)}
 
 
-def _ratio(a, b) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def _f(x, spec: str, factor: float = 1.0, suffix: str = "") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * factor:{spec}}{suffix}"
-
-
 def headline(results: dict[str, dict], reference: str = REFERENCE) -> str:
     """One row per planner: measured, simulated and their error; ratios to ``reference`` where
     every ratio > 1 means the reference is better (lower JCT, higher throughput, lower overhead)."""
@@ -190,15 +181,15 @@ def headline(results: dict[str, dict], reference: str = REFERENCE) -> str:
         m, s, e = r["measured"], r["simulated"], r["error_pct"]
         rm, rs = (ref["measured"], ref["simulated"]) if ref else ({}, {})
         lines.append(
-            f"| {name} | {m['completed']}/{m['jobs']} | {_f(m['avg_jct_s'], '.2f')} | {_f(s['avg_jct_s'], '.2f')} | "
-            f"{_f(e['avg_jct_s'], '+.1f', suffix='%')} | {_f(m['p95_jct_s'], '.2f')} | "
-            f"{_f(m['throughput_tokens_per_s'], '.4g')} | {_f(s['throughput_tokens_per_s'], '.4g')} | "
-            f"{_f(e['throughput_tokens_per_s'], '+.1f', suffix='%')} | {_f(m['gpu_utilization'], '.1f', 100, '%')} | "
-            f"{_f(m['avg_overhead_s'], '.1f', 1e3)} | "
-            f"{_f(_ratio(m['avg_jct_s'], rm.get('avg_jct_s')), '.2f', suffix='x')} | "
-            f"{_f(_ratio(s['avg_jct_s'], rs.get('avg_jct_s')), '.2f', suffix='x')} | "
-            f"{_f(_ratio(rm.get('throughput_tokens_per_s'), m['throughput_tokens_per_s']), '.2f', suffix='x')} | "
-            f"{_f(_ratio(rs.get('throughput_tokens_per_s'), s['throughput_tokens_per_s']), '.2f', suffix='x')} |")
+            f"| {name} | {m['completed']}/{m['jobs']} | {fmt_value(m['avg_jct_s'], '.2f')} | {fmt_value(s['avg_jct_s'], '.2f')} | "
+            f"{fmt_value(e['avg_jct_s'], '+.1f', suffix='%')} | {fmt_value(m['p95_jct_s'], '.2f')} | "
+            f"{fmt_value(m['throughput_tokens_per_s'], '.4g')} | {fmt_value(s['throughput_tokens_per_s'], '.4g')} | "
+            f"{fmt_value(e['throughput_tokens_per_s'], '+.1f', suffix='%')} | {fmt_value(m['gpu_utilization'], '.1f', 100, '%')} | "
+            f"{fmt_value(m['avg_overhead_s'], '.1f', 1e3)} | "
+            f"{fmt_value(ratio_of(m['avg_jct_s'], rm.get('avg_jct_s')), '.2f', suffix='x')} | "
+            f"{fmt_value(ratio_of(s['avg_jct_s'], rs.get('avg_jct_s')), '.2f', suffix='x')} | "
+            f"{fmt_value(ratio_of(rm.get('throughput_tokens_per_s'), m['throughput_tokens_per_s']), '.2f', suffix='x')} | "
+            f"{fmt_value(ratio_of(rs.get('throughput_tokens_per_s'), s['throughput_tokens_per_s']), '.2f', suffix='x')} |")
     return "\n".join(lines)
 
 
@@ -319,8 +310,8 @@ def main(args: argparse.Namespace) -> int:
                     results[name] = planner_result(runner.jobs, simulated, topo.total_gpus, startup_of(args.startup, topo, net))
                 port = runner.next_port
                 r = results[name]
-                progress(f"{name}: avg JCT measured {_f(r['measured']['avg_jct_s'], '.2f')} s, simulated "
-                         f"{_f(r['simulated']['avg_jct_s'], '.2f')} s ({_f(r['error_pct']['avg_jct_s'], '+.1f')}%); "
+                progress(f"{name}: avg JCT measured {fmt_value(r['measured']['avg_jct_s'], '.2f')} s, simulated "
+                         f"{fmt_value(r['simulated']['avg_jct_s'], '.2f')} s ({fmt_value(r['error_pct']['avg_jct_s'], '+.1f')}%); "
                          f"{time.monotonic() - started:.0f} s wall")
     finally:
         if results:

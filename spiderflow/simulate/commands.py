@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, simulate
-from spiderflow.simulate.metrics import (SUMMARY_KEYS, human_count, human_duration, human_pct, jct_cdf_png,
-                                        summarise, write_rows)
+from spiderflow.simulate.metrics import (SUMMARY_KEYS, fmt_value, human_count, human_duration, human_pct, jct_cdf_png,
+                                        ratio_of, summarise, write_rows)
 from spiderflow.topology import load_topology
 from spiderflow.traces import FORMATS, load_trace
 from spiderflow.traces.cli import add_trace  # noqa: F401  (the `trace` subcommands live with the traces)
@@ -160,15 +159,6 @@ def format_summary(summary: dict) -> str:
                      for key, (label, fmt) in ((k, shown[k]) for k in SUMMARY_KEYS))  # a new key needs a line
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    ok = a is not None and b is not None and b and not math.isnan(a) and not math.isnan(b)
-    return a / b if ok else None
-
-
-def _fmt(x: float | None, spec: str, factor: float = 1.0, suffix: str = "") -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x * factor:{spec}}{suffix}"
-
-
 def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
     ref = summaries.get(reference)
     # Every ratio column points one way: > 1 means SpinSearch is better (lower JCT, higher
@@ -177,13 +167,13 @@ def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
              "| avg JCT / SpinSearch's | SpinSearch's throughput / this | overhead / SpinSearch's |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summaries.items():
-        jct = _ratio(s["avg_jct_s"], ref["avg_jct_s"]) if ref else None
-        thr = _ratio(ref["throughput_tokens_per_s"], s["throughput_tokens_per_s"]) if ref else None
-        ovh = _ratio(s["avg_overhead_s"], ref["avg_overhead_s"]) if ref else None
-        lines.append(f"| {name} | {s['completed']}/{s['jobs']} | {_fmt(s['avg_jct_s'], '.2f', 1 / 3600)} | "
-                     f"{_fmt(s['p95_jct_s'], '.2f', 1 / 3600)} | {_fmt(s['throughput_tokens_per_s'], '.4g')} | "
-                     f"{_fmt(s['avg_overhead_s'], '.1f', 1e3)} | {_fmt(jct, '.2f', suffix='x')} | "
-                     f"{_fmt(thr, '.2f', suffix='x')} | {_fmt(ovh, '.3g', suffix='x')} |")
+        jct = ratio_of(s["avg_jct_s"], ref["avg_jct_s"]) if ref else None
+        thr = ratio_of(ref["throughput_tokens_per_s"], s["throughput_tokens_per_s"]) if ref else None
+        ovh = ratio_of(s["avg_overhead_s"], ref["avg_overhead_s"]) if ref else None
+        lines.append(f"| {name} | {s['completed']}/{s['jobs']} | {fmt_value(s['avg_jct_s'], '.2f', 1 / 3600)} | "
+                     f"{fmt_value(s['p95_jct_s'], '.2f', 1 / 3600)} | {fmt_value(s['throughput_tokens_per_s'], '.4g')} | "
+                     f"{fmt_value(s['avg_overhead_s'], '.1f', 1e3)} | {fmt_value(jct, '.2f', suffix='x')} | "
+                     f"{fmt_value(thr, '.2f', suffix='x')} | {fmt_value(ovh, '.3g', suffix='x')} |")
     return "\n".join(lines)
 
 

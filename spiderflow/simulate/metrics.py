@@ -114,6 +114,17 @@ ROW_KEYS = ("job_id", "model", "gpus", "arrival_s", "status", "start_s", "end_s"
             "overhead_s", "alone_iteration_s", "placement", "reason", "admission")
 
 
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None when either is missing or NaN, or ``b`` is 0 (a table's ratio column)."""
+    ok = a is not None and b is not None and b and not math.isnan(a) and not math.isnan(b)
+    return a / b if ok else None
+
+
+def fmt_value(x: float | None, spec: str, factor: float = 1.0, suffix: str = "") -> str:
+    """``x * factor`` in ``spec`` with ``suffix``; ``n/a`` for a missing or NaN value."""
+    return "n/a" if x is None or math.isnan(x) else f"{x * factor:{spec}}{suffix}"
+
+
 def job_rows(records: list[JobRecord]) -> list[dict]:
     rows = []
     for r in records:
