@@ -54,6 +54,7 @@ from spiderflow.simulate.metrics import SUMMARY_KEYS, summarise
 from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import generate_trace, load_trace
 from spiderflow.traces.generate import mean_gap_for_load, offered_load
+from spiderflow.traces.planned import PlannedGpuTime
 from spiderflow.workload import Job
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,20 +94,22 @@ class Case:
 
 
 # ---------------------------------------------------------------- traces
-def gpu_flops(topo: Topology) -> float:
-    """GPU-weighted mean achieved FLOP/s per GPU: what ``trace generate --topology`` sizes load by
-    (spiderflow/traces/cli.py, _topology_gpus)."""
-    return sum(c.total_gpus * c.profile.achieved_flops for c in topo.clusters) / topo.total_gpus
+def sizer_for(topo: Topology, _cache: dict = {}) -> PlannedGpuTime:  # noqa: B006 (one per topology)
+    """What ``trace generate --topology T --load L`` sizes load by: each job's GPU-seconds as
+    SpinSearch plans it alone on the empty topology (spiderflow/traces/planned.py)."""
+    if topo.name not in _cache:
+        _cache[topo.name] = PlannedGpuTime(topo)
+    return _cache[topo.name]
 
 
 def synthetic(topo: Topology, load: float, seed: int, jobs: int) -> Case:
     """``trace generate --topology T --load L --seed S --jobs N``, in process."""
-    total, flops = topo.total_gpus, gpu_flops(topo)
+    total, sizer = topo.total_gpus, sizer_for(topo)
     max_gpus = min(512, 1 << (total.bit_length() - 1))
-    mean = mean_gap_for_load(jobs, seed, load, total_gpus=total, flops_per_gpu=flops, max_gpus=max_gpus)
+    mean = mean_gap_for_load(jobs, seed, load, total_gpus=total, job_gpu_seconds=sizer, max_gpus=max_gpus)
     trace = generate_trace(jobs, seed, mean_interarrival_s=mean, max_gpus=max_gpus)
     return Case(topology=topo.name, load=f"{load:g}", seed=seed, jobs=trace,
-                offered_load=offered_load(trace, total_gpus=total, flops_per_gpu=flops), mean_interarrival_s=mean)
+                offered_load=offered_load(trace, total_gpus=total, job_gpu_seconds=sizer), mean_interarrival_s=mean)
 
 
 def real_windows(topo: Topology, path: Path, jobs: int, windows: int) -> tuple[list[Case], list[str]]:
@@ -123,7 +126,7 @@ def real_windows(topo: Topology, path: Path, jobs: int, windows: int) -> tuple[l
         part = tuple(dataclasses.replace(j, arrival_s=j.arrival_s - t0) for j in part)
         span = part[-1].arrival_s
         cases.append(Case(topology=topo.name, load="real", seed=w, jobs=part,
-                          offered_load=offered_load(part, total_gpus=topo.total_gpus, flops_per_gpu=gpu_flops(topo)),
+                          offered_load=offered_load(part, total_gpus=topo.total_gpus, job_gpu_seconds=sizer_for(topo)),
                           mean_interarrival_s=span / (len(part) - 1)))
     return cases, list(load.report)
 
@@ -465,8 +468,8 @@ def run_benchmark(out: Path, *, seeds: tuple[int, dict[str, int]], jobs: tuple[i
                       "time_limit_s": DEFAULT_TIME_LIMIT_S, "search_budget": None, "genetic_trials": GENETIC_TRIALS,
                       "calibration": None, "exact": False, "seed": "the trace's seed (the window's index)"},
               "trace": {"generator": "spiderflow.traces.generate_trace", "arrival": "poisson",
-                        "load_sizing": "mean_gap_for_load over the topology's GPUs at their GPU-weighted mean "
-                                       "achieved FLOP/s; max_gpus = min(512, GPUs rounded down to a power of 2)"},
+                        "load_sizing": "mean_gap_for_load over the topology's GPUs, each job's GPU-seconds as "
+                                       "SpinSearch plans it alone on the empty topology (PlannedGpuTime); max_gpus = min(512, GPUs rounded down to a power of 2)"},
               "real": real_cfg, "note": note,
               "cases": [{"topology": c.topology, "load": c.load, "seed": c.seed, "jobs": len(c.jobs),
                          "offered_load": c.offered_load, "mean_interarrival_s": c.mean_interarrival_s}

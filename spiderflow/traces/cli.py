@@ -61,14 +61,13 @@ def printable(path: str) -> str:
     return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _topology_gpus(path: str) -> tuple[str, int, float]:
-    """(name, total GPUs, GPU-weighted mean achieved FLOP/s per GPU) of the topology at ``path``."""
+def _planned_gpu_time(path: str):
+    """The topology at ``path`` and its :class:`~spiderflow.traces.planned.PlannedGpuTime`."""
     from spiderflow.topology import load_topology
+    from spiderflow.traces.planned import PlannedGpuTime
 
     topo = load_topology(path)
-    total = topo.total_gpus
-    flops = sum(c.total_gpus * c.profile.achieved_flops for c in topo.clusters) / total
-    return topo.name, total, flops
+    return topo, PlannedGpuTime(topo)
 
 
 def cmd_trace_generate(args) -> int:
@@ -78,20 +77,23 @@ def cmd_trace_generate(args) -> int:
         raise ConfigError("trace generate: give --load or --mean-interarrival, not both (--load sets the mean gap)")
     max_gpus, mean, note = args.max_gpus, args.mean_interarrival or DEFAULT_MEAN_INTERARRIVAL_S, ""
     if args.load is not None:
-        name, total, flops = _topology_gpus(args.topology)
+        topo, sizer = _planned_gpu_time(args.topology)
+        name, total = topo.name, topo.total_gpus
         if total < 8:
             raise ConfigError(f"{args.topology}: has {total} GPUs; trace generate makes jobs of 8 GPUs or more")
         max_gpus = min(max_gpus, 1 << (total.bit_length() - 1))
-        mean = mean_gap_for_load(args.jobs, args.seed, args.load, total_gpus=total, flops_per_gpu=flops,
+        mean = mean_gap_for_load(args.jobs, args.seed, args.load, total_gpus=total, job_gpu_seconds=sizer,
                                  arrival=args.arrival, max_gpus=max_gpus)
     jobs = generate_trace(args.jobs, args.seed, arrival=args.arrival, mean_interarrival_s=mean, max_gpus=max_gpus)
     command = (f"python -m spiderflow trace generate --jobs {args.jobs} --seed {args.seed} --arrival {args.arrival} "
                + (f"--topology {printable(args.topology)} --load {args.load:g}" if args.load is not None
                   else f"--mean-interarrival {mean:g}") + f" --max-gpus {max_gpus}")
     if args.load is not None:
-        achieved = offered_load(jobs, total_gpus=total, flops_per_gpu=flops)
-        note = (f"; offered load {achieved:.3f} of {name}'s {total} GPUs (GPU-seconds at their mean "
-                f"{flops / 1e12:.1f} TFLOP/s achieved; mean gap {mean:.1f} s)")
+        achieved = offered_load(jobs, total_gpus=total, job_gpu_seconds=sizer)
+        unplanned = (f", {len(sizer.unplanned)} job shape(s) no plan fits counted at compute only"
+                     if sizer.unplanned else "")
+        note = (f"; offered load {achieved:.3f} of {name}'s {total} GPUs (GPU-seconds as SpinSearch plans each "
+                f"job on the empty topology{unplanned}; mean gap {mean:.1f} s)")
         command += f"\nmean gap {mean:.6g} s: offered load {achieved:.4f} (docs/traces.md, 'Offered load')"
     write_trace(jobs, args.out, comment=command)
     if args.json:

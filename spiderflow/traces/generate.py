@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from spiderflow.errors import ConfigError
@@ -192,21 +192,28 @@ def gpu_seconds(job: Job, flops_per_gpu: float) -> float:
     """GPU seconds the job needs at ``flops_per_gpu``: its iterations' FLOPs over the per-GPU rate.
 
     A lower bound on its GPU time on real GPUs: communication and pipeline bubbles
-    only add to it. The same for any GPU count, so no plan is needed to estimate it.
+    only add to it (16x on paper8's traces), so load sizing uses the planner's
+    predicted run time instead (:mod:`spiderflow.traces.planned`); this bound is
+    the fallback for a job no plan fits.
     """
     return job.iterations * iteration_flops(job.model, job.global_batch, job.seq_len) / flops_per_gpu
 
 
-def offered_load(jobs: tuple[Job, ...] | list[Job], *, total_gpus: int, flops_per_gpu: float) -> float:
-    """Sum over jobs of GPUs x run time, over total GPUs x the span of arrivals."""
+def offered_load(jobs: tuple[Job, ...] | list[Job], *, total_gpus: int,
+                 job_gpu_seconds: Callable[[Job], float]) -> float:
+    """Sum over jobs of ``job_gpu_seconds(job)`` (GPUs x run time), over total GPUs x the span of arrivals.
+
+    ``trace generate --load`` passes :class:`spiderflow.traces.planned.PlannedGpuTime`
+    (the planner's predicted run time on the empty topology).
+    """
     span = jobs[-1].arrival_s - jobs[0].arrival_s if jobs else 0.0
     if span <= 0 or total_gpus <= 0:
         return math.inf
-    return sum(gpu_seconds(j, flops_per_gpu) for j in jobs) / (total_gpus * span)
+    return sum(job_gpu_seconds(j) for j in jobs) / (total_gpus * span)
 
 
-def mean_gap_for_load(jobs: int, seed: int, load: float, *, total_gpus: int, flops_per_gpu: float,
-                      **kwargs: object) -> float:
+def mean_gap_for_load(jobs: int, seed: int, load: float, *, total_gpus: int,
+                      job_gpu_seconds: Callable[[Job], float], **kwargs: object) -> float:
     """The ``mean_interarrival_s`` at which ``generate_trace(jobs, seed, **kwargs)`` offers ``load``.
 
     Every gap the generator draws is proportional to the mean gap (exponential
@@ -221,7 +228,7 @@ def mean_gap_for_load(jobs: int, seed: int, load: float, *, total_gpus: int, flo
     reference_s = 600.0
     ref = generate_trace(jobs, seed, mean_interarrival_s=reference_s, **kwargs)  # type: ignore[arg-type]
     span_per_s = (ref[-1].arrival_s - ref[0].arrival_s) / reference_s
-    work = sum(gpu_seconds(j, flops_per_gpu) for j in ref)
+    work = sum(job_gpu_seconds(j) for j in ref)
     if span_per_s <= 0:
         raise ConfigError("trace generate: every job of this seed arrives at once; use more jobs or another seed")
     mean = work / (load * total_gpus * span_per_s)

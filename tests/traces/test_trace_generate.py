@@ -1,5 +1,6 @@
 """The synthetic generator and the shipped traces."""
 
+import dataclasses
 import statistics
 from pathlib import Path
 
@@ -107,9 +108,9 @@ TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 
 def paper8():
     from spiderflow.topology import load_topology
+    from spiderflow.traces.planned import PlannedGpuTime
     topo = load_topology(TOPOLOGIES / "paper8.yaml")
-    flops = sum(c.total_gpus * c.profile.achieved_flops for c in topo.clusters) / topo.total_gpus
-    return topo.total_gpus, flops
+    return topo.total_gpus, PlannedGpuTime(topo)
 
 
 def test_gpu_seconds_by_hand():
@@ -122,10 +123,10 @@ def test_gpu_seconds_by_hand():
 @pytest.mark.parametrize("arrival", ["poisson", "bursty"])
 @pytest.mark.parametrize("load", [0.5, 0.7, 0.9, 2.0])
 def test_mean_gap_gives_the_asked_load(arrival, load):
-    total, flops = paper8()
-    mean = mean_gap_for_load(300, 3, load, total_gpus=total, flops_per_gpu=flops, arrival=arrival, max_gpus=64)
+    total, sizer = paper8()
+    mean = mean_gap_for_load(300, 3, load, total_gpus=total, job_gpu_seconds=sizer, arrival=arrival, max_gpus=64)
     jobs = generate_trace(300, 3, arrival=arrival, mean_interarrival_s=mean, max_gpus=64)
-    assert offered_load(jobs, total_gpus=total, flops_per_gpu=flops) == pytest.approx(load, rel=1e-6)
+    assert offered_load(jobs, total_gpus=total, job_gpu_seconds=sizer) == pytest.approx(load, rel=1e-6)
     # the jobs are the same as at any other mean gap: only the arrivals stretch
     other = generate_trace(300, 3, arrival=arrival, mean_interarrival_s=600, max_gpus=64)
     assert [(j.model, j.gpus, j.iterations) for j in jobs] == [(j.model, j.gpus, j.iterations) for j in other]
@@ -137,9 +138,9 @@ def test_mean_gap_gives_the_asked_load(arrival, load):
     (1e-9, 10, "needs a mean gap of .* raise the load"),
 ])
 def test_load_out_of_range(load, jobs, message):
-    total, flops = paper8()
+    total, sizer = paper8()
     with pytest.raises(ConfigError, match=message):
-        mean_gap_for_load(jobs, 0, load, total_gpus=total, flops_per_gpu=flops)
+        mean_gap_for_load(jobs, 0, load, total_gpus=total, job_gpu_seconds=sizer)
 
 
 def test_cli_generate_for_a_load(tmp_path, capsys, cli):
@@ -150,8 +151,8 @@ def test_cli_generate_for_a_load(tmp_path, capsys, cli):
     said = capsys.readouterr().out
     assert "offered load 0.700 of paper8's 128 GPUs" in said
     jobs = load_trace(out).jobs
-    total, flops = paper8()
-    assert offered_load(jobs, total_gpus=total, flops_per_gpu=flops) == pytest.approx(0.7, rel=1e-4)
+    total, sizer = paper8()
+    assert offered_load(jobs, total_gpus=total, job_gpu_seconds=sizer) == pytest.approx(0.7, rel=1e-4)
     assert max(j.gpus for j in jobs) <= 128  # capped at the topology's GPUs (a power of two)
     assert "--load 0.7" in out.read_text().splitlines()[0]
 
@@ -186,3 +187,28 @@ def test_trace_generate_json_describes_the_file_written(tmp_path, capsys):
     loaded = json.loads(capsys.readouterr().out)
     assert loaded["load"] == 0.5 and loaded["offered_load"] == pytest.approx(0.5, rel=1e-3)
     assert loaded["max_gpus"] <= 128  # paper8's 128 GPUs
+
+
+def test_planned_gpu_time_is_the_simulated_run_of_the_job_alone():
+    """The sizing's GPU-seconds are what the simulator (exact pricing) charges the job when it runs alone:
+    GPUs of SpinSearch's plan x iterations x its iteration time (a WAN job too)."""
+    from spiderflow.simulate.engine import SimConfig, simulate
+
+    total, sizer = paper8()
+    jobs = generate_trace(60, 4, max_gpus=64)
+    shapes = {}
+    for j in jobs:  # one job per GPU count: one cluster (8, 16) and across the WAN (32 and 64 > any cluster)
+        shapes.setdefault(j.gpus, j)
+    assert {8, 64} <= set(shapes)
+    for job in shapes.values():
+        rec, = simulate(sizer.topology, [dataclasses.replace(job, arrival_s=0.0)], SimConfig(exact=True))
+        used = sum(rec.placement.values()) * (rec.end_s - rec.start_s)
+        assert sizer(job) == pytest.approx(used, rel=1e-6)
+    assert not sizer.unplanned
+
+
+def test_planned_gpu_time_falls_back_to_compute_for_a_job_no_plan_fits():
+    total, sizer = paper8()
+    job = dataclasses.replace(generate_trace(1, 0)[0], gpus=256)  # paper8 has 128 GPUs
+    assert sizer(job) == gpu_seconds(job, sizer.flops_per_gpu)
+    assert sizer.unplanned == {(job.model, 256, job.global_batch, job.seq_len)}
