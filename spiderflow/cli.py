@@ -244,7 +244,13 @@ def add_sim_commands(sub) -> None:
     commands.add_trace(sub)
 
 
-COMMANDS = [add_plan, add_topology, add_bench, add_sim_commands]
+def add_wan_commands(sub) -> None:
+    from spiderflow.wan.cli import add_wan
+
+    add_wan(sub)
+
+
+COMMANDS = [add_plan, add_topology, add_bench, add_sim_commands, add_wan_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,14 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
   still hold GPUs the reservation needs at its time. Each decision and its
   reason is kept in the record's ``admission``.
 
+- A changing network (the simulator's WAN and capacity events, docs/wan-events.md):
+  :meth:`Scheduler.set_network` swaps in the topology with the links' current
+  figures; a plan whose routes cross a link that is down is refused
+  (:class:`RouteDown`: the job waits), and while ``impaired`` (a link down or
+  GPUs withdrawn) a job that fits nowhere waits instead of being rejected,
+  since the full topology may host it again. :meth:`Scheduler.replan` and
+  :meth:`Scheduler.move` re-plan a running job on its own GPUs plus the free ones.
+
 Defaults (:class:`SchedulerConfig`) are the same in ``spiderflow simulate``,
 ``compare``, ``emulator run`` and ``emulator compare``.
 """
@@ -146,6 +154,15 @@ def ranks_needed(plan: Plan) -> dict[str, int]:
     return dict(Counter(s.cluster for rep in plan.replicas for s in rep))
 
 
+class RouteDown(InfeasiblePlan):
+    """The plan's traffic would cross a link that is down (the job waits; it is not rejected)."""
+
+
+def crosses(routes: Iterable[Iterable[tuple[str, str]]], down: frozenset) -> tuple[str, str] | None:
+    """The first link of ``routes`` that is in ``down``, or None."""
+    return next((key for route in routes for key in route if key in down), None)
+
+
 @dataclass(frozen=True)
 class _Reservation:
     """GPUs per cluster a waiting job expects to take at ``at_s``."""
@@ -165,6 +182,12 @@ class Scheduler:
         self.running: list[JobRecord] = []
         self._reservations: list[_Reservation] = []
         self._strategy = PLANNERS[config.planner] if isinstance(config.planner, str) else config.planner
+        self.down: frozenset = frozenset()  # keys of links that are down (set_network)
+        self.impaired = False  # links down or GPUs withdrawn: the empty topology is not all there
+
+    def set_network(self, topology: Topology, down: Iterable[tuple[str, str]] = ()) -> None:
+        """Plan on ``topology`` (the links' current figures) from now on; no route may cross ``down``."""
+        self.topo, self.down = topology, frozenset(down)
 
     # ------------------------------------------------------------------ state
     def link_load(self) -> dict[tuple[str, str], float]:
@@ -217,7 +240,7 @@ class Scheduler:
         rec.status, rec.reason = "rejected", reason
 
     def _all_free(self) -> bool:
-        return not self.running
+        return not self.running and not self.impaired
 
     def _request(self, job: Job, free: dict[str, int], load: dict) -> PlacementRequest:
         cfg = self.cfg
@@ -229,7 +252,12 @@ class Scheduler:
         """The strategy's answer, its wall time added to the job's overhead (InfeasiblePlan passes)."""
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            return self._strategy(req)
+            placement = self._strategy(req)
+            if self.down:
+                dead = crosses(plan_routes(placement.plan, self.topo), self.down)
+                if dead is not None:
+                    raise RouteDown(f"{req.job.job_id}: its plan would cross link {'-'.join(dead)}, which is down")
+            return placement
         finally:
             rec.overhead_s += time.perf_counter() - t0
             rec.overhead_cpu_s += time.thread_time() - c0
@@ -251,7 +279,7 @@ class Scheduler:
         try:
             placement = self._place(rec, req)
         except InfeasiblePlan as exc:
-            if self._all_free():
+            if self._all_free() and not isinstance(exc, RouteDown):
                 self._reject(rec, str(exc))
             return False
         plan = placement.plan
@@ -337,6 +365,24 @@ class Scheduler:
                                  f"expected free at {res.at_s:.6g} s")
                 return True
         return False
+
+    def replan(self, rec: JobRecord) -> tuple[Placement, float] | None:
+        """A new placement for running ``rec`` on its own GPUs plus the free ones, with the other jobs'
+        link load, and its predicted iteration time there (closed form); None when none is found.
+        The planner's wall time is added to the job's overhead. Not with ``hosts_per_cluster``."""
+        free = self._free_after([rec])
+        load = link_load(r for r in self.running if r is not rec)
+        try:
+            req = self._request(rec.job, free, load)
+            placement = self._place(rec, req)
+        except InfeasiblePlan:
+            return None
+        return placement, estimate(placement.plan, req.topology_view())
+
+    def move(self, rec: JobRecord, placement: Placement) -> None:
+        """Running ``rec`` leaves its GPUs for ``placement`` (found by :meth:`replan`)."""
+        self.release(rec)
+        self._commit(rec, placement, {})
 
     def _commit(self, rec: JobRecord, placement: Placement, need: dict[str, int]) -> None:
         plan = placement.plan

@@ -14,11 +14,12 @@ from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, simulate
-from spiderflow.simulate.metrics import (SUMMARY_KEYS, fmt_value, human_count, human_duration, human_pct, jct_cdf_png,
+from spiderflow.simulate.metrics import (CHANGE_SUMMARY_KEYS, SUMMARY_KEYS, fmt_value, human_count, human_duration, human_pct, jct_cdf_png,
                                         ratio_of, summarise, write_rows)
 from spiderflow.topology import load_topology
 from spiderflow.traces import FORMATS, load_trace
 from spiderflow.traces.cli import add_trace  # noqa: F401  (the `trace` subcommands live with the traces)
+from spiderflow.wan.cli import add_change_arguments, load_changes
 
 
 COMPARED = tuple(p for p in PLANNERS if p != "joint-ilp")  # compare's default planners
@@ -44,6 +45,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration-any-topology", action="store_true",
                    help="apply --calibration although it records another topology than --topology")
     add_scheduler_arguments(p)
+    add_change_arguments(p)
     p.add_argument("--out", type=output_dir, help="directory for the results (made if missing)")
     p.add_argument("--json", action="store_true",
                    help="print the summary as JSON; a metric with no value (avg_jct_s when no job "
@@ -70,6 +72,7 @@ def add_compare(sub) -> None:
 
 def _load(args):
     topo = load_topology(args.topology)
+    args.changes = load_changes(args, topo)  # WAN and capacity events: SimConfig fields
     trace = load_trace(args.trace, format=args.format, skip_bad_rows=args.skip_bad_rows)
     jobs = trace.jobs[: args.jobs] if args.jobs else trace.jobs
     if not jobs:
@@ -83,16 +86,21 @@ def _load(args):
     return topo, jobs, cal
 
 
+def _changing(args) -> bool:
+    """Did the run have WAN or capacity events? Then its summary and rows add the change metrics."""
+    return bool(getattr(args, "changes", {}).get("wan_events") or getattr(args, "changes", {}).get("capacity_events"))
+
+
 def _run(name: str, topo, jobs, cal, args) -> tuple[list, dict]:
     from tqdm import tqdm
 
     cfg = SimConfig(planner=name, backfill=args.backfill, charge_overhead=args.charge_overhead,
                     calibration=cal, seed=args.seed, time_limit_s=args.time_limit,
-                    search_budget=args.search_budget, wait=args.wait)
+                    search_budget=args.search_budget, wait=args.wait, **args.changes)
     with tqdm(total=len(jobs), desc=f"{name:>10}", unit="job", leave=False,
               disable=args.json) as bar:
         records = simulate(topo, jobs, cfg, progress=bar.update)
-    return records, summarise(records, topo.total_gpus)
+    return records, summarise(records, topo.total_gpus, changes=_changing(args))
 
 
 def _note_rejected(name: str, records: list, args) -> None:
@@ -108,7 +116,8 @@ def _resolved(args, planners: list[str]) -> dict:
     return {**provenance(), "topology": args.topology, "trace": args.trace, "format": args.format, "jobs": args.jobs,
             "planners": planners, "backfill": args.backfill, "charge_overhead": args.charge_overhead,
             "calibration": args.calibration, "time_limit_s": args.time_limit,
-            "search_budget": args.search_budget, "seed": args.seed, "wait": args.wait}
+            "search_budget": args.search_budget, "seed": args.seed, "wait": args.wait,
+            "wan_events": args.wan_events, "capacity_events": args.capacity_events, "replan": args.replan}
 
 
 def _none_placeable(args, records_by_planner: dict[str, list]) -> None:
@@ -131,7 +140,7 @@ def cmd_simulate(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        write_rows(records, out / f"jobs-{args.planner}.csv")
+        write_rows(records, out / f"jobs-{args.planner}.csv", changes=_changing(args))
         (out / "summary.json").write_text(dumps(summary))
         (out / "config.json").write_text(dumps(_resolved(args, [args.planner])))
     if args.json:
@@ -155,8 +164,11 @@ def format_summary(summary: dict) -> str:
         "avg_overhead_s": ("avg scheduling overhead", human_duration),
         "total_overhead_s": ("total scheduling overhead", human_duration),
     }
+    shown.update({"replanned": ("jobs re-planned", str), "rerouted": ("jobs re-routed", str),
+                  "lost_s": ("time lost to changes", human_duration)})
+    keys = SUMMARY_KEYS + tuple(k for k in CHANGE_SUMMARY_KEYS if k in summary)
     return "\n".join(f"{label:>25}: {'n/a' if summary[key] is None else fmt(summary[key])}"
-                     for key, (label, fmt) in ((k, shown[k]) for k in SUMMARY_KEYS))  # a new key needs a line
+                     for key, (label, fmt) in ((k, shown[k]) for k in keys))  # a new key needs a line
 
 
 def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
@@ -166,6 +178,9 @@ def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
     lines = ["| planner | completed | avg JCT (h) | p95 JCT (h) | throughput (tokens/s) | avg overhead (ms) "
              "| avg JCT / SpinSearch's | SpinSearch's throughput / this | overhead / SpinSearch's |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    changing = any("replanned" in s for s in summaries.values())  # a run with WAN or capacity events
+    if changing:
+        lines = [lines[0] + " re-planned | lost to changes (h) |", lines[1] + "---:|---:|"]
     for name, s in summaries.items():
         jct = ratio_of(s["avg_jct_s"], ref["avg_jct_s"]) if ref else None
         thr = ratio_of(ref["throughput_tokens_per_s"], s["throughput_tokens_per_s"]) if ref else None
@@ -173,7 +188,8 @@ def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
         lines.append(f"| {name} | {s['completed']}/{s['jobs']} | {fmt_value(s['avg_jct_s'], '.2f', 1 / 3600)} | "
                      f"{fmt_value(s['p95_jct_s'], '.2f', 1 / 3600)} | {fmt_value(s['throughput_tokens_per_s'], '.4g')} | "
                      f"{fmt_value(s['avg_overhead_s'], '.1f', 1e3)} | {fmt_value(jct, '.2f', suffix='x')} | "
-                     f"{fmt_value(thr, '.2f', suffix='x')} | {fmt_value(ovh, '.3g', suffix='x')} |")
+                     f"{fmt_value(thr, '.2f', suffix='x')} | {fmt_value(ovh, '.3g', suffix='x')} |"
+                     + (f" {s['replanned']} | {fmt_value(s['lost_s'], '.2f', 1 / 3600)} |" if changing else ""))
     return "\n".join(lines)
 
 
@@ -196,7 +212,7 @@ def cmd_compare(args) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
         for name in planners:
-            write_rows(records[name], out / f"jobs-{name}.csv")
+            write_rows(records[name], out / f"jobs-{name}.csv", changes=_changing(args))
     table = headline(summaries)
     if out:
         (out / "summary.json").write_text(dumps({"planners": summaries}))

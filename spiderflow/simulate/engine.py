@@ -25,6 +25,11 @@ Jobs are planned on ``topology``; their iterations are priced on
 intra-cluster links are capped) and on ``topology`` otherwise; with
 ``SimConfig.exact`` by the cost model's exact schedule (what the emulator's
 predictions use) instead of its closed form.
+
+With ``SimConfig.wan_events`` / ``capacity_events`` the network and the GPU pool change during the
+replay (:mod:`spiderflow.simulate.changes`, docs/wan-events.md): each change is an event applied
+after the arrivals and completions of its instant; a job stopped by one keeps its progress, pays a
+restart cost and is re-planned through the same scheduler. Without them nothing of this runs.
 """
 
 from __future__ import annotations
@@ -37,12 +42,14 @@ from spiderflow.costmodel import NO_CALIBRATION, Calibration, TopologyView, esti
 from spiderflow.placement.base import Strategy
 from spiderflow.plan import Plan
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig
+from spiderflow.simulate.changes import CHECKPOINT_LOAD_GBPS, CHECKPOINT_SAVE_GBPS, REPLAN_THRESHOLD, Changes
 from spiderflow.simulate.events import EventQueue
 from spiderflow.simulate.fairshare import max_min_fair_share
 from spiderflow.topology import Topology
+from spiderflow.wan import CapacityEvent, WanEvent
 from spiderflow.workload import Job
 
-ARRIVAL, COMPLETION = 0, 1
+ARRIVAL, COMPLETION, CHANGE = 0, 1, 2  # event priorities at one instant: a change applies last
 
 
 @dataclass(kw_only=True)
@@ -58,6 +65,13 @@ class SimRecord(JobRecord):
     shared_iteration_s: float | None = None
     shared_estimates: dict = field(default_factory=dict, repr=False)  # shares -> iteration_s
     works: list = field(default_factory=list, repr=False)  # the plan's work items (replica_works)
+    # a changing network (spiderflow.simulate.changes): re-plans, re-routes, time lost to them
+    replanned: int = 0  # times the job was placed again after being stopped or moved
+    rerouted: int = 0  # times its traffic took other routes because a link it used went down
+    lost_s: float = 0.0  # sum over its stops of (iterations resumed - stopped): queue, restart cost, start-up
+    stopped_s: float | None = None  # when a change stopped it (until it starts again)
+    restart_s: float = 0.0  # the restart cost it pays at its next start
+    placed_iteration_s: float | None = None  # its iteration time when (re)placed (re-planning threshold)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +92,13 @@ class SimConfig:
     # price iterations with the cost model's exact 1F1B schedule (as the emulator's predictions are)
     # instead of its closed form (faster; within a few % of it)
     exact: bool = False
+    # a changing network (docs/wan-events.md); empty: a static one, and the run is as without them
+    wan_events: tuple[WanEvent, ...] = ()
+    capacity_events: tuple[CapacityEvent, ...] = ()
+    replan: bool = True  # SpinSearch may move a running job a change made much slower (--no-replan)
+    replan_threshold: float = REPLAN_THRESHOLD  # ... when its iteration time grew past this multiple
+    checkpoint_save_gbps: float = CHECKPOINT_SAVE_GBPS  # restart cost (changes.restart_cost_s)
+    checkpoint_load_gbps: float = CHECKPOINT_LOAD_GBPS
 
     @property
     def scheduler(self) -> SchedulerConfig:
@@ -99,6 +120,7 @@ class Simulation:
         self.flows_changed = False  # a job with WAN flows started or ended since the last reshare
         self.decider_free_s = 0.0  # with charge_overhead: when the scheduler's last decision ended
         self.decider_s = 0.0  # the scheduler's clock during a pass
+        self.changes = Changes(self) if config.wan_events or config.capacity_events else None
 
     @property
     def running(self) -> list[SimRecord]:
@@ -107,6 +129,8 @@ class Simulation:
     def run(self) -> list[SimRecord]:
         for rec in self.records:
             self.events.push(rec.arrival_s, (ARRIVAL, rec), priority=ARRIVAL)
+        if self.changes:
+            self.changes.push_all(self.events, CHANGE)
         while self.events:
             ev = self.events.pop()
             now = ev.time_s
@@ -115,11 +139,15 @@ class Simulation:
             changed = False
             if kind == ARRIVAL:
                 self.queue.append(rec)
-            else:
+            elif kind == COMPLETION:
                 self._finish(rec, now)
                 changed = True
+            else:
+                changed = self.changes.apply(kind, rec, now)
             changed |= self._schedule(now)
             if changed:
+                self._reshare(now)
+            if self.changes and self.changes.replan_slowed(kind, now):
                 self._reshare(now)
         return self.records
 
@@ -132,6 +160,8 @@ class Simulation:
     def _finish(self, rec: SimRecord, now: float) -> None:
         rec.status, rec.end_s, rec.remaining = "done", now, 0.0
         self.sched.release(rec)
+        if self.changes:
+            self.changes.pool.settle(self.sched.free)  # GPUs announced as withdrawn go first
         self.flows_changed |= bool(rec.routes)
         rec.works, rec.shared_estimates = [], {}  # only needed while it runs
         if self.progress:
@@ -171,14 +201,21 @@ class Simulation:
     def _start(self, rec: SimRecord, start_s: float) -> None:
         """``rec`` was planned; it starts at ``start_s`` (its decision's end, see _schedule)."""
         cfg = self.cfg
-        rec.start_s = start_s
-        rec.remaining = float(rec.job.iterations)
+        delay = cfg.startup_s(rec.plan) if callable(cfg.startup_s) else cfg.startup_s
+        if rec.stopped_s is None:
+            rec.start_s = start_s
+            rec.remaining = float(rec.job.iterations)
+        else:  # a restart after a change: progress kept, the restart cost paid first
+            delay += rec.restart_s
+            rec.replanned += 1
+            rec.lost_s += start_s + delay - rec.stopped_s
+            rec.stopped_s, rec.restart_s, rec.placed_iteration_s = None, 0.0, None
         self.flows_changed |= bool(rec.routes)
         alone = TopologyView(topology=self.priced, calibration=cfg.calibration)
         rec.works = replica_works(rec.plan, alone)  # fixed for the job's run; re-priced as its shares move
         rec.alone_iteration_s = self._price(rec, alone)
         rec.iteration_s = None
-        rec.updated_s = rec.start_s + (cfg.startup_s(rec.plan) if callable(cfg.startup_s) else cfg.startup_s)
+        rec.updated_s = start_s + delay
 
     def _reshare(self, now: float) -> None:
         if not self.flows_changed:
@@ -229,8 +266,33 @@ class Simulation:
             self.events.cancel(rec.token)
         rec.updated_s = max(rec.updated_s, now)
         rec.iteration_s = iteration
+        if rec.placed_iteration_s is None:
+            rec.placed_iteration_s = iteration
         rec.expected_end_s = rec.updated_s + rec.remaining * iteration
         rec.token = self.events.push(rec.expected_end_s, (COMPLETION, rec), priority=COMPLETION)
+
+
+    def stop(self, rec: SimRecord, now: float, restart_s: float) -> None:
+        """A change stops running ``rec``: it keeps its progress, gives its GPUs back and waits in
+        the queue (in arrival order) to be placed again, paying ``restart_s`` when it starts."""
+        self.sched.release(rec)
+        if rec.token is not None:
+            self.events.cancel(rec.token)
+        self.flows_changed |= bool(rec.routes)
+        rec.status, rec.stopped_s, rec.restart_s = "queued", now, restart_s
+        rec.token = rec.iteration_s = rec.expected_end_s = None
+        rec.shares, rec.shared_estimates, rec.works, rec.routes = (), {}, [], []
+        at = next((i for i, q in enumerate(self.queue) if q.arrival_s > rec.arrival_s), len(self.queue))
+        self.queue.insert(at, rec)
+
+    def moved(self, rec: SimRecord, now: float, restart_s: float) -> None:
+        """``rec`` was moved to a new plan (Scheduler.move) at ``now``: it restarts there."""
+        if rec.token is not None:
+            self.events.cancel(rec.token)
+        self.flows_changed = True
+        rec.stopped_s, rec.restart_s, rec.token = now, restart_s, None
+        rec.shares, rec.shared_estimates = (), {}
+        self._start(rec, now)
 
 
 def simulate(topology: Topology, jobs: Sequence[Job], config: SimConfig,

@@ -12,6 +12,10 @@ from spiderflow.scheduling import JobRecord
 SUMMARY_KEYS = ("jobs", "completed", "rejected", "avg_jct_s", "p50_jct_s", "p95_jct_s", "avg_queue_s",
                 "makespan_s", "throughput_tokens_per_s", "jobs_per_hour", "gpu_utilization",
                 "avg_overhead_s", "total_overhead_s")
+# With WAN or capacity events (docs/wan-events.md) the summary and the per-job rows add these; a run
+# without them keeps the keys above only, so its files are as they were.
+CHANGE_SUMMARY_KEYS = ("replanned", "rerouted", "lost_s")
+CHANGE_ROW_KEYS = ("replanned", "rerouted", "lost_s")
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -21,10 +25,14 @@ def _pct(xs: list[float], q: float) -> float | None:
     return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
 
 
-def summarise(records: list[JobRecord], total_gpus: int) -> dict:
+def summarise(records: list[JobRecord], total_gpus: int, *, changes: bool = False) -> dict:
     """The run's metrics (:data:`SUMMARY_KEYS`). A metric that has no value is None (null in JSON),
     never NaN: the JCT and queue metrics when no job completed, throughput, jobs per hour and GPU
-    utilisation when the makespan is 0 (no job completed), avg_overhead_s when no job was placed."""
+    utilisation when the makespan is 0 (no job completed), avg_overhead_s when no job was placed.
+    With ``changes`` (a run with WAN or capacity events) also :data:`CHANGE_SUMMARY_KEYS`: jobs
+    re-planned (placed again after a change stopped or moved them) and re-routed at least once, and
+    the summed ``lost_s`` of every job (the seconds between a change stopping its iterations and
+    their resuming: queueing, restart cost, start-up)."""
     done = [r for r in records if r.completed]
     jcts = [r.jct_s for r in done]
     if done:
@@ -35,6 +43,11 @@ def summarise(records: list[JobRecord], total_gpus: int) -> dict:
     tokens = sum(r.job.iterations * r.job.tokens_per_iteration for r in done)
     gpu_s = sum((r.end_s - r.start_s) * r.job.gpus for r in done)
     decided = [r for r in records if r.plan is not None]
+    extra = {} if not changes else {
+        "replanned": sum(getattr(r, "replanned", 0) > 0 for r in records),
+        "rerouted": sum(getattr(r, "rerouted", 0) > 0 for r in records),
+        "lost_s": sum(getattr(r, "lost_s", 0.0) for r in records),
+    }
     return {
         "jobs": len(records),
         "completed": len(done),
@@ -49,6 +62,7 @@ def summarise(records: list[JobRecord], total_gpus: int) -> dict:
         "gpu_utilization": gpu_s / (total_gpus * makespan) if makespan > 0 else None,
         "avg_overhead_s": statistics.fmean([r.overhead_s for r in decided]) if decided else None,
         "total_overhead_s": sum(r.overhead_s for r in records),
+        **extra,
     }
 
 
@@ -125,24 +139,26 @@ def fmt_value(x: float | None, spec: str, factor: float = 1.0, suffix: str = "")
     return "n/a" if x is None or math.isnan(x) else f"{x * factor:{spec}}{suffix}"
 
 
-def job_rows(records: list[JobRecord]) -> list[dict]:
+def job_rows(records: list[JobRecord], *, changes: bool = False) -> list[dict]:
+    """One dict per job (:data:`ROW_KEYS`, and :data:`CHANGE_ROW_KEYS` with ``changes``)."""
     rows = []
     for r in records:
+        extra = {k: getattr(r, k, 0) for k in CHANGE_ROW_KEYS} if changes else {}
         rows.append({
             "job_id": r.job.job_id, "model": r.job.model, "gpus": r.job.gpus, "arrival_s": r.arrival_s,
             "status": r.status, "start_s": r.start_s, "end_s": r.end_s, "jct_s": r.jct_s,
             "queue_s": r.queue_s, "overhead_s": r.overhead_s, "alone_iteration_s": getattr(r, "alone_iteration_s", None),
             "placement": " ".join(f"{c}:{g}" for c, g in r.placement.items()), "reason": r.reason,
-            "admission": r.admission,
+            "admission": r.admission, **extra,
         })
     return rows
 
 
-def write_rows(records: list[JobRecord], path: Path) -> None:
+def write_rows(records: list[JobRecord], path: Path, *, changes: bool = False) -> None:
     with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=ROW_KEYS)
+        w = csv.DictWriter(fh, fieldnames=ROW_KEYS + (CHANGE_ROW_KEYS if changes else ()))
         w.writeheader()
-        for row in job_rows(records):
+        for row in job_rows(records, changes=changes):
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
 
 

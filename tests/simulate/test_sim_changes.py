@@ -1,0 +1,157 @@
+"""A WAN and a GPU pool that change under running jobs (docs/wan-events.md): finish times checked by
+hand from the cost model's predictions, restart costs, re-routing, re-planning and its ablation."""
+
+import pytest
+
+from spiderflow.costmodel import TopologyView, estimate
+from spiderflow.simulate.changes import restart_cost_s
+from spiderflow.simulate.engine import SimConfig, simulate
+from spiderflow.simulate.metrics import job_rows, summarise
+from spiderflow.topology import parse_topology
+from spiderflow.wan import CapacityEvent, WanEvent
+from spiderflow.workload import Job
+
+
+def topology(gpus, links):
+    return parse_topology({"name": "t", "clusters": [
+        {"name": n, "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": g} for n, g in gpus.items()],
+        "links": [{"a": a, "b": b, "bandwidth_gbps": bw, "latency_ms": 10.0} for a, b, bw in links]})
+
+
+def two_sites(bw=1.0):
+    return topology({"a": 8, "b": 8}, [("a", "b", bw)])
+
+
+def job(i, gpus, iterations=100, arrival=0.0):
+    return Job(job_id=f"j{i}", arrival_s=arrival, model="gpt3-1.3b", gpus=gpus, iterations=iterations,
+               global_batch=64, seq_len=1024)
+
+
+def wan(t, a, b, bw=None, up=True):
+    return WanEvent(time_s=t, a=a, b=b, bandwidth_gbps=bw, latency_ms=None, up=up)
+
+
+def alone(rec, topo):
+    return estimate(rec.plan, TopologyView(topology=topo))
+
+
+def test_bandwidth_halves_mid_run():
+    """100 iterations at t1 s each; at 50 t1 the link halves: the other 50 take t2 s each."""
+    topo = two_sites()
+    (base,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind"))
+    t1 = alone(base, topo)
+    assert base.placement == {"a": 8, "b": 8} and base.end_s == pytest.approx(100 * t1)
+    (rec,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind", wan_events=(wan(50 * t1, "a", "b", 0.5),)))
+    t2 = alone(rec, two_sites(0.5))
+    assert t2 > 1.2 * t1
+    assert rec.end_s == pytest.approx(50 * t1 + 50 * t2)
+    assert (rec.replanned, rec.rerouted, rec.lost_s) == (0, 0, 0.0)
+
+
+def test_restating_the_topology_changes_nothing():
+    topo = two_sites()
+    jobs = [job(0, 16), job(1, 8, arrival=5.0)]
+    plain = simulate(topo, jobs, SimConfig(planner="spinsearch"))
+    same = simulate(topo, jobs, SimConfig(planner="spinsearch", wan_events=(wan(10.0, "b", "a", 1.0),)))
+    assert [(r.start_s, r.end_s, r.placement) for r in plain] == [(r.start_s, r.end_s, r.placement) for r in same]
+
+
+def test_outage_with_another_route_reroutes():
+    """Triangle a-b, a-c, c-b: a-b down at T sends the job's traffic round through c (20 ms, same
+    bandwidth) until a-b is up again at U; no restart."""
+    topo = topology({"a": 8, "b": 8, "c": 1}, [("a", "b", 1.0), ("a", "c", 1.0), ("c", "b", 1.0)])
+    detour = topology({"a": 8, "b": 8, "c": 1}, [("a", "c", 1.0), ("c", "b", 1.0)])
+    (base,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind"))
+    t1 = alone(base, topo)
+    T, U = 30 * t1, 60 * t1
+    (rec,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind", wan_events=(
+        wan(T, "a", "b", up=False), wan(U, "a", "b", up=True))))
+    t2 = alone(rec, detour)
+    assert t2 > t1
+    assert rec.end_s == pytest.approx(U + (100 - 30 - (U - T) / t2) * t1)
+    assert (rec.rerouted, rec.replanned, rec.lost_s) == (1, 0, 0.0)
+
+
+def test_outage_without_route_stops_the_job_until_it_can_be_placed_again():
+    """two_sites: the job spans the only link; down at T, up at U. It stops at T (progress kept),
+    waits (no plan may cross a dead link, and it is not rejected), restarts at U paying the restart
+    cost, and finishes its other 50 iterations."""
+    topo = two_sites()
+    (base,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind"))
+    t1 = alone(base, topo)
+    T, U = 50 * t1, 200 * t1
+    cfg = SimConfig(planner="blind", wan_events=(wan(T, "a", "b", up=False), wan(U, "a", "b", up=True)))
+    (rec,) = simulate(topo, [job(0, 16)], cfg)
+    cost = restart_cost_s(rec.job)
+    # 1.3e9 parameters x 14 bytes: saved at 20 Gbit/s, read back at 10 Gbit/s
+    assert cost == pytest.approx(rec.job.spec.params * 14 * 8 / 20e9 + rec.job.spec.params * 14 * 8 / 10e9)
+    assert rec.end_s == pytest.approx(U + cost + 50 * t1)
+    assert (rec.replanned, rec.lost_s, rec.start_s) == (1, pytest.approx(U + cost - T), 0.0)
+    summary = summarise([rec], topo.total_gpus, changes=True)
+    assert (summary["replanned"], summary["lost_s"]) == (1, pytest.approx(U + cost - T))
+    assert job_rows([rec], changes=True)[0]["replanned"] == 1
+
+
+def test_capacity_withdrawal_moves_the_job_after_its_notice():
+    """The job runs on a:8; a's 8 GPUs are announced at T - N and gone at T: the job checkpoints
+    during the notice (N hides that much of the save), is re-planned on b at T and pays the rest."""
+    topo = two_sites()
+    (base,) = simulate(topo, [job(0, 8)], SimConfig(planner="blind"))
+    t = alone(base, topo)
+    T, N = 40 * t, 2.0
+    ev = CapacityEvent(time_s=T, cluster="a", gpus=8, notice_s=N, return_s=None)
+    (rec,) = simulate(topo, [job(0, 8)], SimConfig(planner="blind", capacity_events=(ev,)))
+    cost = restart_cost_s(rec.job, notice_s=N)
+    assert cost == pytest.approx(restart_cost_s(rec.job) - N)
+    assert base.placement == {"a": 8} and rec.placement == {"b": 8}
+    assert rec.end_s == pytest.approx(T + cost + 60 * t)
+    assert rec.lost_s == pytest.approx(cost) and rec.replanned == 1
+
+
+def test_announced_gpus_leave_the_pool_at_the_notice():
+    """a has 16 GPUs, j0 runs on 8 of them; all 16 are announced at T - N. The 8 free ones leave the
+    pool at once, so j1 (arriving during the notice) gets b; at T j0 is stopped and waits for b."""
+    topo = topology({"a": 16, "b": 8}, [("a", "b", 1.0)])
+    (base,) = simulate(topo, [job(0, 8)], SimConfig(planner="blind"))
+    t = alone(base, topo)
+    T, N = 40 * t, 10.0
+    ev = CapacityEvent(time_s=T, cluster="a", gpus=16, notice_s=N, return_s=None)
+    j0, j1 = simulate(topo, [job(0, 8), job(1, 8, iterations=5, arrival=T - 1.0)],
+                      SimConfig(planner="blind", capacity_events=(ev,)))
+    assert base.placement == {"a": 8} and j1.placement == {"b": 8}
+    assert j1.start_s == pytest.approx(T - 1.0)
+    cost = restart_cost_s(j0.job, notice_s=N)
+    assert j0.placement == {"b": 8} and j0.end_s == pytest.approx(j1.end_s + cost + 60 * t)
+    assert j0.lost_s == pytest.approx(j1.end_s + cost - T)
+
+
+def test_capacity_returns():
+    topo = two_sites()
+    ev = CapacityEvent(time_s=0.0, cluster="a", gpus=8, notice_s=0.0, return_s=100.0)
+    (rec,) = simulate(topo, [job(0, 16, iterations=5, arrival=1.0)], SimConfig(planner="blind", capacity_events=(ev,)))
+    assert rec.status == "done" and rec.start_s == pytest.approx(100.0) and rec.replanned == 0
+
+
+def test_spinsearch_replans_a_slowed_job_and_no_replan_does_not():
+    """c (16 GPUs) runs j0 until it ends; j1 (16 GPUs) started meanwhile across a-b. At T the a-b link
+    falls to 1% of its bandwidth: SpinSearch moves j1 to the now free c (paying the restart cost) as
+    its iteration time grew past 1.5x; with replan off it crawls on; blind keeps its plan."""
+    topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
+    jobs = [job(0, 16, iterations=20), job(1, 16, iterations=400, arrival=1.0)]
+    (_, first) = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False))
+    assert first.placement == {"a": 8, "b": 8}
+    t_ab = alone(first, topo)
+    T = 1.0 + 100 * t_ab
+    events = (wan(T, "a", "b", 0.01),)
+    on = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, wan_events=events))[1]
+    off = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, wan_events=events, replan=False))[1]
+    assert on.placement == {"c": 16} and on.replanned == 1
+    cost = restart_cost_s(on.job)
+    assert on.end_s == pytest.approx(T + cost + 300 * alone(on, topo))
+    assert on.lost_s == pytest.approx(cost)
+    assert off.placement == {"a": 8, "b": 8} and off.replanned == 0
+    slow = alone(off, topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 0.01), ("b", "c", 1.0)]))
+    assert off.end_s == pytest.approx(T + 300 * slow)
+    assert on.end_s < off.end_s
+    blind = simulate(topo, jobs, SimConfig(planner="blind", wan_events=events))[1]
+    assert blind.replanned == 0
