@@ -40,6 +40,7 @@ from spiderflow.placement import DEFAULT_PLANNER, PLANNERS, PlacementRequest, ru
 from spiderflow.provenance import provenance
 from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import load_trace
+from spiderflow.wan import load_wan_events
 from spiderflow.workload import Job
 
 HELP = "replay a trace: real torch.distributed ranks run the planned jobs on the emulated WAN"
@@ -86,6 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="calibration JSON from `emulator calibrate`: the planner and the predictions use it")
     parser.add_argument("--calibration-any-topology", action="store_true",
                         help="apply --calibration although it records another topology than --topology")
+    parser.add_argument("--wan-events", default=None, metavar="FILE",
+                        help="WAN events CSV (docs/wan-events.md): links' bandwidth, latency and outages over "
+                             "the trace's time, put in force on the live network at their times (compressed by "
+                             "--time-scale and dilated like arrivals)")
     add_scheduler_arguments(parser)
     parser.add_argument("--out", type=output_dir, default=None, help="output directory (default runs/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -146,6 +151,7 @@ def main(args: argparse.Namespace) -> int:
     topo = load_topology(resolve_topology(args.topology))  # bad inputs fail here, before root
     trace_path = resolve_topology(args.trace)
     jobs = load_trace(trace_path).jobs
+    wan_events = load_wan_events(resolve_topology(args.wan_events), topo) if args.wan_events else ()
     calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
     check_calibration_applies(calibration, topo, allow_other_topology=args.calibration_any_topology)
     net, choice = resolve_network(args, topo, jobs, planner=args.planner, calibration=calibration)
@@ -171,7 +177,7 @@ def main(args: argparse.Namespace) -> int:
               "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
               "rank_start": "cold" if args.cold_start else "warm pool",
               "scale": net.scale, "dilation": net.dilation, "dilation_reason": choice.reason,
-              "net": asdict(net)}
+              "net": asdict(net), "wan_events": args.wan_events}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{len(jobs)} jobs from {trace_path} on {topo.source}; planner {cfg.planner}; "
              f"{cfg.iterations} iterations ({cfg.warmup} warm-up); arrivals / {cfg.time_scale:g}; output {out}")
@@ -185,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
         with Emulation(topo, net, log=progress) as emu, contextlib.ExitStack() as stack:
             mechanism = emu.mechanism
             pool = None if args.cold_start else stack.enter_context(RankPool(emu, log=progress))
-            runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress, pool=pool)
+            runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress, pool=pool, wan_events=wan_events)
             if runner.cpu_flops_per_s is not None:  # probed by the Runner: config.json gets it too
                 config["cpu_flops_per_s"] = runner.cpu_flops_per_s
                 (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
@@ -197,9 +203,9 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if runner is not None:
             wall = time.monotonic() - t0
-            write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks)
+            write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks, applied_events(runner))
             progress(f"results in {out} ({wall:.0f} s in all, at most {runner.peak_ranks} ranks at once)")
-    result = as_json(runner.jobs, net, out, runner.peak_ranks)
+    result = as_json(runner.jobs, net, out, runner.peak_ranks, applied_events(runner))
     if args.json:
         print(dumps(result, indent=1))
     else:
@@ -207,10 +213,32 @@ def main(args: argparse.Namespace) -> int:
     return 0 if all(j.status == "ok" for j in runner.jobs) else 1
 
 
-def as_json(jobs: list[JobRun], net: NetConfig, out: Path, peak_ranks: int | None = None) -> dict:
+def applied_events(runner) -> list[dict] | None:
+    """``result.json``'s ``wan_events`` (None: the run had no --wan-events)."""
+    return None if runner.player is None else [a.as_json() for a in runner.player.applied]
+
+
+def after_change_errors(jobs: list[JobRun]) -> list[float]:
+    """|error| after the last WAN change of every ok job that measured intervals after one."""
+    out = []
+    for j in jobs:
+        after = j.as_json().get("after_wan_change")
+        if j.status == "ok" and after and after["error_pct"] is not None:
+            out.append(abs(after["error_pct"]))
+    return out
+
+
+def as_json(jobs: list[JobRun], net: NetConfig, out: Path, peak_ranks: int | None = None,
+            wan_events: list[dict] | None = None) -> dict:
     errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
-    return {"jobs": [j.as_json() for j in jobs], "scale": net.scale, "dilation": net.dilation, "out": str(out),
-            "median_abs_error_pct": statistics.median(errs) if errs else None, "peak_ranks": peak_ranks}
+    res = {"jobs": [j.as_json() for j in jobs], "scale": net.scale, "dilation": net.dilation, "out": str(out),
+           "median_abs_error_pct": statistics.median(errs) if errs else None, "peak_ranks": peak_ranks}
+    if wan_events is not None:
+        after = after_change_errors(jobs)
+        res["wan_events"] = wan_events
+        res["after_wan_change_median_abs_error_pct"] = statistics.median(after) if after else None
+        res["after_wan_change_jobs"] = len(after)
+    return res
 
 
 def _fmt(x, spec=".3f") -> str:
@@ -218,7 +246,7 @@ def _fmt(x, spec=".3f") -> str:
 
 
 def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str | None, wall_s: float,
-                  peak_ranks: int) -> None:
+                  peak_ranks: int, wan_events: list[dict] | None = None) -> None:
     with open(out / "jobs.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         w.writeheader()
@@ -228,7 +256,7 @@ def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str 
             w.writerow({**{k: d.get(k) for k in CSV_FIELDS if k in d},
                         "placement": " ".join(f"{c}:{g}" for c, g in d["placement"].items()),
                         "measured_min_s": spread[0], "measured_max_s": spread[1], "reason": d.get("reason", "")})
-    res = as_json(jobs, net, out, peak_ranks)
+    res = as_json(jobs, net, out, peak_ranks, wan_events)
     (out / "summary.md").write_text(
         f"# emulator run\n\n{format_table(jobs, net, mechanism, out)}\n\n"
         f"wall time {wall_s:.0f} s; at most {peak_ranks} ranks at once\n")
@@ -259,6 +287,14 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
                      f"{_fmt(j.measured_s):>9} {spread:>15} {err:>7} {_fmt(shared):>7} {err_shared:>7} "
                      f"{_fmt(j.jct_s, '.1f'):>6} {_fmt(j.startup_wall_s, '.2f'):>8}  {status}")
     errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
+    changed = [(j, j.as_json()["after_wan_change"]) for j in jobs if j.changed_t is not None]
+    if changed:
+        lines += ["", "after the last WAN change a job saw (iterations that began once it was in force):"]
+        for j, a in changed:
+            err = f"{a['error_pct']:+.1f}%" if a["error_pct"] is not None else "n/a"
+            lines.append(f"  {j.job.job_id:<14} at {a['t']:.2f} s: predicted {_fmt(a['predicted_iteration_s'])} "
+                         f"measured {_fmt(a['measured_iteration_s'])} over {a['measured_iterations']} "
+                         f"iteration(s), error {err}")
     lines += ["", f"median |error| {statistics.median(errs):.1f}% over {len(errs)} job(s)" if errs
               else "no job measured",
               "predicted: the cost model with the link load at the job's launch (what the planner saw); "

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import signal
 import statistics
@@ -49,6 +50,8 @@ from emulator.jobs.compute import COMPUTE_MODES, cpu_flops_per_s
 from emulator.jobs.launch import describe_plan, emulated_view, predict_emulated, rank_specs
 from emulator.jobs.ranklog import read_lines
 from emulator.jobs.startup import startup_s
+from emulator.jobs.wanplay import WanPlayer
+from emulator.net.live import LiveNetwork
 from emulator.net.layout import HostPlan, NetConfig
 from emulator.net.state import MARKER_ENV
 from emulator.jobs.worker import STARTUP_NICE_ENV, RankSpec, rank_env
@@ -56,6 +59,7 @@ from spiderflow.costmodel import NO_CALIBRATION, Calibration, plan_work
 from spiderflow.placement.base import Strategy
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig, link_load
 from spiderflow.topology import Topology
+from spiderflow.wan import WanEvent
 from spiderflow.workload import Job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,6 +167,15 @@ class JobRun(JobRecord):
     iteration_s: list[float] = field(default_factory=list)  # measured intervals after warm-up (real-equivalent)
     iterations_done: int = 0
     startup_wall_s: float | None = None  # specs handed over -> the job's first op, wall seconds
+    # WAN events (emulator run --wan-events): the last change in force while the job ran (the
+    # replay's clock), the prediction on the network from then on, the intervals measured after it.
+    # Such a job's iteration_s and predictions are those of the network at its launch (intervals
+    # that ended before the first change), so each prediction meets the intervals it describes.
+    launch_topology: Topology | None = None
+    first_changed_t: float | None = None
+    changed_t: float | None = None
+    predicted_after_s: float | None = None
+    iteration_after_s: list[float] = field(default_factory=list)
 
     def collect_exits(self) -> None:
         """Record the exit status of every rank that has ended since the last look."""
@@ -200,6 +213,13 @@ class JobRun(JobRecord):
                "error_pct": self.error_pct, "jct_s": self.jct_s, "queue_s":
                    None if self.start_s is None else self.start_s - self.arrival_s,
                "startup_wall_s": self.startup_wall_s, "admission": self.admission, "status": self.status}
+        if self.changed_t is not None:
+            after = statistics.median(self.iteration_after_s) if self.iteration_after_s else None
+            out["after_wan_change"] = {
+                "t": self.changed_t, "predicted_iteration_s": self.predicted_after_s,
+                "measured_iteration_s": after, "measured_iterations": len(self.iteration_after_s),
+                "error_pct": None if after is None or self.predicted_after_s is None
+                else 100.0 * (self.predicted_after_s - after) / after}
         if self.status != "ok":
             out["reason"] = self.reason
         return out
@@ -207,11 +227,13 @@ class JobRun(JobRecord):
 
 class Runner:
     def __init__(self, topology: Topology, jobs: Sequence[Job], config: RunConfig, emu, *, out_dir: Path,
-                 log: Callable[[str], None] = lambda _m: None, pool=None, first_port: int = BASE_PORT) -> None:
+                 log: Callable[[str], None] = lambda _m: None, pool=None, first_port: int = BASE_PORT,
+                 wan_events: Sequence[WanEvent] = ()) -> None:
         """``pool``: a :class:`emulator.jobs.pool.RankPool` on ``emu`` that forks the ranks with torch already
         imported; None starts each rank as a new process (``python -m emulator.jobs.worker``).
         ``first_port``: each job's rendezvous takes the next port from here (a later replay on the same
-        network starts after the ports of the one before)."""
+        network starts after the ports of the one before). ``wan_events``: put in force on the live
+        network at their (compressed, dilated) times, and planned on from then (emulator/jobs/wanplay.py)."""
         self.topo, self.cfg, self.emu, self.out, self.log = topology, config, emu, Path(out_dir), log
         self.pool = pool
         self.rank_dir = self.out / "ranks"
@@ -234,6 +256,8 @@ class Runner:
             log(f"real compute: CPU matmul rate {self.cpu_flops_per_s / 1e9:.1f} GFLOP/s per core")
         if config.warm_tcp:
             warm_tcp(emu)
+        self.player = (WanPlayer(LiveNetwork(emu, topology), wan_events, time_scale=config.time_scale,
+                                 dilation=self.k, log=log) if wan_events else None)
 
     def now(self) -> float:
         """Real-equivalent seconds since the run started (wall / dilation)."""
@@ -248,8 +272,12 @@ class Runner:
         except PermissionError:  # not root: the scheduler shares the CPU with the ranks
             pass
         try:
+            if self.player is not None:  # after the nice: the thread inherits it
+                self.player.start(self.t0)
             self._loop()
         finally:
+            if self.player is not None:
+                self.player.stop()
             os.setpriority(os.PRIO_PROCESS, 0, before)
             self._launched.close()
         return self.jobs
@@ -262,6 +290,9 @@ class Runner:
             n = sum(1 for j in self.jobs if j.arrival_s <= now)
             if n != arrived:
                 arrived, self._dirty = n, True
+            if self.player is not None:
+                for applied in self.player.take():
+                    self._network_changed(applied)
             self._poll_running()
             if self._dirty:
                 self._dirty = False
@@ -279,6 +310,18 @@ class Runner:
                         self.log(f"{j.job.job_id}: {j.admission}")
             time.sleep(POLL_S)
 
+    def _network_changed(self, applied) -> None:
+        """Plan on the network the WAN events left (a down link: routed round where possible, no
+        new plan across it); each running job is predicted on it, with the others' load."""
+        self.topo = applied.topology
+        self.sched.set_network(applied.topology, applied.down)
+        self._dirty = True
+        for j in self.sched.running:
+            j.changed_t = applied.in_force_t
+            if j.first_changed_t is None:
+                j.first_changed_t = applied.in_force_t
+            j.predicted_after_s = predict_emulated(j.plan, self._view(self._load_without(j)))
+
     def _poll_running(self) -> None:
         for j in self.jobs:
             if j.status == "running" and self._poll(j):
@@ -293,9 +336,11 @@ class Runner:
                 j.status, j.reason = "interrupted", "the run was interrupted"
 
     # ------------------------------------------------------------------ start
-    def _view(self, link_load: dict | None = None):
-        """The cost model's view of the emulated network (with the run's calibration, if any)."""
-        return emulated_view(self.topo, self.cfg.net, link_load=link_load, calibration=self.cfg.calibration)
+    def _view(self, link_load: dict | None = None, topology: Topology | None = None):
+        """The cost model's view of the emulated network (with the run's calibration, if any): as it
+        is now, or ``topology`` (the network a job was launched on)."""
+        return emulated_view(topology or self.topo, self.cfg.net, link_load=link_load,
+                             calibration=self.cfg.calibration)
 
     def _load_without(self, j: JobRun) -> dict:
         """Flows per link of the running jobs other than ``j`` (what the planner saw for ``j``)."""
@@ -321,6 +366,7 @@ class Runner:
         hosts = [self.free_hosts[w.cluster].pop(0) for w in work.ranks]
         port, self.next_port = self.next_port, self.next_port + 1
         j.start_s = self.now()
+        j.launch_topology = self.topo
         others = [o for o in self.sched.running if o is not j]
         for o in others:
             o.overlapped.add(job.job_id)
@@ -473,7 +519,7 @@ class Runner:
         """The prediction with the link load of every job that overlapped this one (an upper bound
         on the sharing it saw: the planner only knew the jobs running at its launch)."""
         load = link_load(o for o in self.jobs if o.job.job_id in j.overlapped)
-        j.predicted_shared_s = predict_emulated(j.plan, self._view(load))
+        j.predicted_shared_s = predict_emulated(j.plan, self._view(load, j.launch_topology))
 
     def _release(self, j: JobRun) -> None:
         self.sched.release(j)
@@ -504,5 +550,10 @@ class Runner:
         complete = sorted(it for it, v in ends.items() if len(v) == len(j.ranks))
         last = {it: max(ends[it]) for it in complete}
         j.iterations_done = len(complete)
+        first = math.inf if j.first_changed_t is None else self.t0 + j.first_changed_t * self.k
         j.iteration_s = [(last[it] - last[it - 1]) / self.k for it in complete
-                         if it >= max(1, self.cfg.warmup) and it - 1 in last]
+                         if it >= max(1, self.cfg.warmup) and it - 1 in last and last[it] < first]
+        if j.changed_t is not None:  # intervals that began once the last change was in force
+            changed = self.t0 + j.changed_t * self.k
+            j.iteration_after_s = [(last[it] - last[it - 1]) / self.k for it in complete
+                                   if it >= 1 and it - 1 in last and last[it - 1] >= changed]

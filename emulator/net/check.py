@@ -20,7 +20,10 @@ from emulator.jobs.dilation import Choice, parse_dilation
 from emulator.net.measure import Result, measure_all
 from emulator.net.emulation import Emulation
 from emulator.net.layout import MAX_HOSTS, MECHANISMS, NetConfig
+from emulator.net.step import APPLY_MS, SETTLE_REL, WINDOW_S, Step, step_test
 from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, problems
+from spiderflow.errors import ConfigError
+from spiderflow.wan.events import resolve_link
 from spiderflow.cliutil import dumps, float_in, int_in
 from spiderflow.topology import load_topology
 
@@ -38,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float_in(0.0, MAX_SECONDS, "seconds"), default=4.0,
                         help="measured seconds per WAN flow, after a warm-up of at least 2 s and 15 "
                              f"round trips; both x K under dilation K; in (0, {MAX_SECONDS:g}] (default %(default)s)")
+    parser.add_argument("--step", nargs="?", const="", default=None, metavar="A-B",
+                        help="also step a WAN link's bandwidth (default the first) to half and back under one "
+                             "flow, and report when each step was in force and when the rate settled "
+                             "(emulator/net/step.py)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--trace", action="store_true", help="log every configuration command")
 
@@ -95,6 +102,11 @@ def real_equivalent(r: Result, k: float) -> Result:
 
 def main(args: argparse.Namespace) -> int:
     topo = load_topology(resolve_topology(args.topology))  # bad files fail here, before root
+    step_link = None
+    if args.step:
+        step_link = resolve_link(args.step, topo)
+        if isinstance(step_link, str):
+            raise ConfigError(f"--step: {step_link}")
     choice = CHECK_AUTO if args.dilation == "auto" else Choice(dilation=args.dilation, reason="--dilation")
     config = network_config(args, choice.dilation)
     require_root()
@@ -107,17 +119,34 @@ def main(args: argparse.Namespace) -> int:
         k = config.dilation
         results = [real_equivalent(r, k)
                    for r in measure_all(emu, wan_seconds=args.seconds * k, wan_omit_s=2.0 * k, progress=progress)]
-    ok = all(not problems_of(r) for r in results)
+        steps = step_test(emu, link=step_link, progress=progress) if args.step is not None else []
+    ok = all(not problems_of(r) for r in results) and all(st.ok for st in steps)
     progress(f"done in {time.monotonic() - t0:.0f} s")
     if args.json:
         print(dumps({"topology": topo.source, "scale": config.scale, "dilation": config.dilation,
                      "dilation_reason": choice.reason, "mechanism": mechanism,
                      "hosts_per_cluster": config.hosts_per_cluster, "intra_cap_mbps": config.intra_cap_mbps,
                      "tolerance": {"bandwidth_rel": BANDWIDTH_REL, "delay_abs_ms": DELAY_ABS_MS},
-                     "links": [r.as_json() for r in results], "ok": ok}, indent=1))
+                     "links": [r.as_json() for r in results],
+                     **({"steps": [st.as_json() for st in steps]} if args.step is not None else {}),
+                     "ok": ok}, indent=1))
     else:
         print(format_table(topo.source, config, mechanism, results, ok))
+        if steps:
+            print(format_steps(steps))
     return 0 if ok else 1
+
+
+def format_steps(steps: list[Step]) -> str:
+    lines = ["", f"bandwidth steps under one flow (settled: windows of {WINDOW_S * 1e3:g} ms within "
+                 f"{SETTLE_REL:.0%} of the rate before x the step, for the rest of the phase)",
+             f"{'direction':<22} {'Gbit/s':>13} {'Mbit/s before':>13} {'after':>8} {'in force':>9} {'settled':>8}  ok"]
+    for st in steps:
+        settle = "never" if st.settle_s is None else f"{st.settle_s:.2f} s"
+        lines.append(f"{st.direction:<22} {st.from_gbps:>6g} -> {st.to_gbps:<4g} {st.rate_before_mbps:>13.1f} "
+                     f"{st.rate_after_mbps:>8.1f} {st.apply_ms:>6.0f} ms {settle:>8}  "
+                     + ("ok" if st.ok else f"FAIL: in force after > {APPLY_MS:g} ms or never settled"))
+    return "\n".join(lines)
 
 
 def problems_of(r: Result) -> list[str]:

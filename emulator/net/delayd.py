@@ -23,6 +23,14 @@ Run: ``python -m emulator.net.delayd --queue NUM:DELAY_MS[:JITTER_MS[:LOSS_PCT]]
 It prints ``ready`` on stdout once every queue is bound, exits 0 on SIGTERM or
 SIGINT and, with ``--stats FILE``, writes its counters there as JSON on exit
 and on SIGUSR1 (lateness = release time minus due time, the stage's own error).
+
+Live changes (issue 19, a WAN that changes under running jobs): with
+``--control FILE``, SIGHUP makes it read FILE -- a sequence number on the
+first line, then one ``NUM:DELAY_MS[:JITTER_MS[:LOSS_PCT]]`` per changed
+queue -- and apply it to packets arriving from then on (queued ones keep
+their due times, and order is kept: a shorter delay waits behind them), then
+write ``SEQ MONOTONIC_S`` to ``FILE.ack`` (the moment it took effect, on the
+machine-wide monotonic clock).
 """
 
 from __future__ import annotations
@@ -131,6 +139,14 @@ class DelayStage:
         self.rng = random.Random(seed)
         self.stopping = False
 
+    def update(self, specs: list[QueueSpec]) -> None:
+        """New delay, jitter and loss for these queues (numbers this stage does not hold: refused)."""
+        unknown = [s.num for s in specs if s.num not in self.queues]
+        if unknown:
+            raise ValueError(f"no queue {unknown[0]} in this delay stage (has {sorted(self.queues)})")
+        for spec in specs:
+            self.queues[spec.num].spec = spec
+
     def on_packets(self, packets: list[tuple[int, int]], now: float) -> None:
         for qnum, pid in packets:
             q = self.queues.get(qnum)
@@ -203,6 +219,37 @@ def _write_stats(path: str | None, stage: DelayStage) -> None:
     os.replace(tmp, path)
 
 
+def read_control(path: str) -> tuple[str, list[QueueSpec]]:
+    """(sequence number, specs) from a control file (see the module doc)."""
+    with open(path) as fh:
+        lines = [line.strip() for line in fh if line.strip()]
+    if not lines:
+        raise ValueError(f"{path}: empty control file")
+    return lines[0], [QueueSpec.parse(line) for line in lines[1:]]
+
+
+def write_control(path: str, seq: int, specs: list[QueueSpec]) -> None:
+    """The control file for ``seq`` (atomically: the daemon never reads half of it)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write("\n".join([str(seq), *(s.arg() for s in specs)]) + "\n")
+    os.replace(tmp, path)
+
+
+def _apply_control(path: str, stage: DelayStage) -> None:
+    try:
+        seq, specs = read_control(path)
+        stage.update(specs)
+        answer = f"{seq} {time.monotonic():.6f}"
+    except (OSError, ValueError) as exc:
+        answer = f"error {exc}"
+        print(f"delayd: control: {exc}", file=sys.stderr, flush=True)
+    tmp = f"{path}.ack.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(answer + "\n")
+    os.replace(tmp, f"{path}.ack")
+
+
 def _prioritise() -> None:
     """A late release is a delay error: run ahead of the traffic generators.
 
@@ -228,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-gso", action="store_true", help="have the kernel segment GSO packets")
     parser.add_argument("--stats", help="write counters here (JSON) on exit and on SIGUSR1")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--control", help="on SIGHUP read new queue specs from here (see the module doc)")
     args = parser.parse_args(argv)
 
     sock = QueueSocket()
@@ -241,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGUSR1, lambda *_: _write_stats(args.stats, stage))
+    if args.control:
+        signal.signal(signal.SIGHUP, lambda *_: _apply_control(args.control, stage))
     _prioritise()
     print("ready", flush=True)
     try:

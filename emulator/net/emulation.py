@@ -102,7 +102,7 @@ class Emulation:
         self.executor = Executor(trace=self.log if trace else None)
         self.run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.env = {**os.environ, MARKER_ENV: self.run_id}
-        self.build_s = self.teardown_s = None
+        self.build_s = self.teardown_s = self.up_at = None
         self._store = StateStore(state_dir)
         self._state: dict = {}
         self._records: list[ProcRecord] = []
@@ -167,6 +167,10 @@ class Emulation:
             if path and path.exists():
                 out[c.router.name] = json.loads(path.read_text())["queues"]
         return out
+
+    def delay_control(self, cluster: str) -> Path:
+        """The control file of ``cluster``'s delay daemon (``delayd --control``; live changes)."""
+        return self._run_dir / f"delayd-{cluster}.ctl"
 
     def delay_daemons(self) -> dict[str, subprocess.Popen]:
         """Router name -> its delay daemon process (empty with netem)."""
@@ -252,6 +256,7 @@ class Emulation:
         if not netem:
             self._start_delay_daemons()
         self.build_s = time.monotonic() - t0
+        self.up_at = time.monotonic()  # the run's clock starts here (live changes report against it)
         self.log(f"network up: {len(self.plan.clusters)} clusters x {self.config.hosts_per_cluster} hosts, "
                  f"{len(self.plan.links)} WAN links, delay by {self.mechanism}, scale {self.scale:g}, "
                  f"dilation {self.config.dilation:g} "
@@ -279,7 +284,7 @@ class Emulation:
             specs = [QueueSpec(num=p.queue, delay_ms=p.shape.delay_ms, jitter_ms=p.shape.jitter_ms,
                                loss_pct=p.shape.loss_pct) for p in c.router.wan]
             argv = [sys.executable, "-m", "emulator.net.delayd", "--stats",
-                    str(self._run_dir / f"delayd-{c.name}.json")]
+                    str(self._run_dir / f"delayd-{c.name}.json"), "--control", str(self.delay_control(c.name))]
             for spec in specs:
                 argv += ["--queue", spec.arg()]
             logfile = open(self._run_dir / f"{c.router.name}.log", "wb")

@@ -294,11 +294,14 @@ def _max_bdp_bytes(topo: Topology, cluster: str, config: NetConfig) -> float:
     return best
 
 
-def build_plan(topo: Topology, config: NetConfig) -> NetPlan:
+def build_plan(topo: Topology, config: NetConfig, *, routing: Topology | None = None) -> NetPlan:
+    """Names, addresses, shapes and routes of ``topo``'s emulation. ``routing``: route as this
+    topology does instead (the same clusters and links, other figures: a link that is down has
+    figures no route takes where another exists, while its shape keeps the last live ones)."""
     index = {name: i for i, name in enumerate(topo.names)}
     subnets = {name: lan_subnet(i) for name, i in index.items()}
     link_nets = {link.key: wan_subnet(k) for k, link in enumerate(topo.links)}
-    main, policy = next_hops(topo)
+    main, policy = next_hops(routing or topo)
     rtt = longest_rtt_ms(topo)
 
     def wan_ip(a: str, b: str) -> str:

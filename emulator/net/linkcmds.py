@@ -140,28 +140,41 @@ def netem_limit_packets(shape: Shape) -> int:
     return int(1.5 * (in_flight + shape.queue_bytes) / MTU_PACKET) + 1000
 
 
-def tc_commands(dev: str, shape: Shape, *, netem: bool) -> list[list[str]]:
-    """Shape ``dev``'s egress to ``shape`` (rate; and delay/jitter/loss if ``netem``)."""
+def htb_class_command(dev: str, shape: Shape, verb: str) -> list[str]:
+    """``tc class add|change`` of the link's one htb class at the shape's wire rate."""
     bps = int(round(shape.wire_mbps * 1e6))
     burst = str(htb_burst_bytes(shape.wire_mbps))
+    return ["tc", "class", verb, "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+            "rate", f"{bps}bit", "ceil", f"{bps}bit", "burst", burst, "cburst", burst,
+            "quantum", str(htb_quantum_bytes(shape.wire_mbps))]
+
+
+def tc_commands(dev: str, shape: Shape, *, netem: bool) -> list[list[str]]:
+    """Shape ``dev``'s egress to ``shape`` (rate; and delay/jitter/loss if ``netem``)."""
     cmds = [
         ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
-        ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
-         "rate", f"{bps}bit", "ceil", f"{bps}bit", "burst", burst, "cburst", burst,
-         "quantum", str(htb_quantum_bytes(shape.wire_mbps))],
+        htb_class_command(dev, shape, "add"),
     ]
     leaf = ["tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:"]
-    if netem and (shape.delay_ms > 0 or shape.jitter_ms > 0 or shape.loss_pct > 0):
-        leaf += ["netem", "delay", f"{fmt(shape.delay_ms)}ms"]
-        if shape.jitter_ms > 0:
-            leaf += [f"{fmt(shape.jitter_ms)}ms", "distribution", "normal"]
-        if shape.loss_pct > 0:
-            leaf += ["loss", f"{fmt(shape.loss_pct)}%"]
-        leaf += ["limit", str(netem_limit_packets(shape))]
-    else:
-        leaf += ["bfifo", "limit", str(shape.queue_bytes)]
-    cmds.append(leaf)
+    cmds.append(leaf + leaf_qdisc(shape, netem=netem))
     return cmds
+
+
+def delays(shape: Shape) -> bool:
+    """Whether the link delays, jitters or loses packets (with netem: a netem leaf, else a bfifo)."""
+    return shape.delay_ms > 0 or shape.jitter_ms > 0 or shape.loss_pct > 0
+
+
+def leaf_qdisc(shape: Shape, *, netem: bool) -> list[str]:
+    """The htb class's leaf: ``netem`` (delay, jitter, loss, limit) or a ``bfifo`` router buffer."""
+    if not (netem and delays(shape)):
+        return ["bfifo", "limit", str(shape.queue_bytes)]
+    leaf = ["netem", "delay", f"{fmt(shape.delay_ms)}ms"]
+    if shape.jitter_ms > 0:
+        leaf += [f"{fmt(shape.jitter_ms)}ms", "distribution", "normal"]
+    if shape.loss_pct > 0:
+        leaf += ["loss", f"{fmt(shape.loss_pct)}%"]
+    return leaf + ["limit", str(netem_limit_packets(shape))]
 
 
 def host_tc_commands(host: HostPlan, intra: Shape) -> list[list[str]]:

@@ -254,3 +254,27 @@ def test_a_rank_that_never_joins_is_named_when_its_peers_give_up(inputs, state_d
     assert wan.status == "failed" and wan.reason.startswith("rank 1 on ") and "never joined" in wan.reason \
         and "process-group timeout" in wan.reason, wan.reason
     assert_no_leak()
+
+
+@pytest.mark.root
+def test_wan_events_change_the_link_under_a_running_job(inputs, state_dir, assert_no_leak):
+    """The east-west link drops from 1 to 0.4 Gbit/s at trace time 40 s (4 s into the replay, arrivals
+    / 10): the event is in force within 100 ms, and the WAN job's iterations after it match the cost
+    model on the new link (measured -1.4% on the development machine)."""
+    (inputs / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n40,west-east,0.4,,1\n")
+    done = subprocess.run(run_argv(inputs, "--iterations", "20", "--wan-events", str(inputs / "events.csv")),
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    event, = result["wan_events"]
+    assert event["trace_time_s"] == 40.0 and event["events"][0]["link"] == "east-west"
+    assert 0 <= event["applied_s"] - event["time_s"] <= 0.1, event
+    jobs = {j["job_id"]: j for j in result["jobs"]}
+    after = jobs["wan"]["after_wan_change"]
+    assert after["measured_iterations"] >= 5 and abs(after["error_pct"]) <= ERROR_BOUND_PCT, after
+    # the new link is 2.5x thinner: the model predicts a much slower iteration, and so it was
+    assert after["predicted_iteration_s"] > 1.5 * jobs["wan"]["predicted_iteration_s"]
+    assert "after_wan_change" not in jobs["local"]  # it had ended before the change
+    assert result["after_wan_change_jobs"] == 1
+    assert "WAN: east-west up 0.4 Gbit/s" in done.stderr
+    assert_no_leak()
