@@ -40,7 +40,7 @@ from spiderflow.placement import DEFAULT_PLANNER, PLANNERS, PlacementRequest, ru
 from spiderflow.provenance import provenance
 from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import load_trace
-from spiderflow.wan import load_wan_events
+from spiderflow.wan import load_capacity_events, load_wan_events
 from spiderflow.workload import Job
 
 HELP = "replay a trace: real torch.distributed ranks run the planned jobs on the emulated WAN"
@@ -91,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="WAN events CSV (docs/wan-events.md): links' bandwidth, latency and outages over "
                              "the trace's time, put in force on the live network at their times (compressed by "
                              "--time-scale and dilated like arrivals)")
+    parser.add_argument("--capacity-events", default=None, metavar="FILE",
+                        help="capacity events CSV (docs/wan-events.md): GPUs of a cluster withdrawn with a notice "
+                             "and returned, on the trace's time; jobs on withdrawn GPUs are stopped and placed again")
     add_scheduler_arguments(parser)
     parser.add_argument("--out", type=output_dir, default=None, help="output directory (default runs/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -152,6 +155,8 @@ def main(args: argparse.Namespace) -> int:
     trace_path = resolve_topology(args.trace)
     jobs = load_trace(trace_path).jobs
     wan_events = load_wan_events(resolve_topology(args.wan_events), topo) if args.wan_events else ()
+    capacity_events = (load_capacity_events(resolve_topology(args.capacity_events), topo)
+                       if args.capacity_events else ())
     calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
     check_calibration_applies(calibration, topo, allow_other_topology=args.calibration_any_topology)
     net, choice = resolve_network(args, topo, jobs, planner=args.planner, calibration=calibration)
@@ -177,7 +182,8 @@ def main(args: argparse.Namespace) -> int:
               "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
               "rank_start": "cold" if args.cold_start else "warm pool",
               "scale": net.scale, "dilation": net.dilation, "dilation_reason": choice.reason,
-              "net": asdict(net), "wan_events": args.wan_events}
+              "net": asdict(net), "wan_events": args.wan_events,
+              "capacity_events": args.capacity_events}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{len(jobs)} jobs from {trace_path} on {topo.source}; planner {cfg.planner}; "
              f"{cfg.iterations} iterations ({cfg.warmup} warm-up); arrivals / {cfg.time_scale:g}; output {out}")
@@ -191,7 +197,8 @@ def main(args: argparse.Namespace) -> int:
         with Emulation(topo, net, log=progress) as emu, contextlib.ExitStack() as stack:
             mechanism = emu.mechanism
             pool = None if args.cold_start else stack.enter_context(RankPool(emu, log=progress))
-            runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress, pool=pool, wan_events=wan_events)
+            runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress, pool=pool, wan_events=wan_events,
+                            capacity_events=capacity_events)
             if runner.cpu_flops_per_s is not None:  # probed by the Runner: config.json gets it too
                 config["cpu_flops_per_s"] = runner.cpu_flops_per_s
                 (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
@@ -214,15 +221,17 @@ def main(args: argparse.Namespace) -> int:
 
 
 def applied_events(runner) -> list[dict] | None:
-    """``result.json``'s ``wan_events`` (None: the run had no --wan-events)."""
-    return None if runner.player is None else [a.as_json() for a in runner.player.applied]
+    """``result.json``'s ``wan_events`` (None: the run had neither --wan-events nor --capacity-events)."""
+    if runner.changes is None:
+        return None
+    return [] if runner.player is None else [a.as_json() for a in runner.player.applied]
 
 
 def after_change_errors(jobs: list[JobRun]) -> list[float]:
-    """|error| after the last WAN change of every ok job that measured intervals after one."""
+    """|error| after the last change (WAN event or re-placement) of every ok job that measured intervals after one."""
     out = []
     for j in jobs:
-        after = j.as_json().get("after_wan_change")
+        after = j.as_json().get("after_change")
         if j.status == "ok" and after and after["error_pct"] is not None:
             out.append(abs(after["error_pct"]))
     return out
@@ -236,8 +245,11 @@ def as_json(jobs: list[JobRun], net: NetConfig, out: Path, peak_ranks: int | Non
     if wan_events is not None:
         after = after_change_errors(jobs)
         res["wan_events"] = wan_events
-        res["after_wan_change_median_abs_error_pct"] = statistics.median(after) if after else None
-        res["after_wan_change_jobs"] = len(after)
+        res["after_change_median_abs_error_pct"] = statistics.median(after) if after else None
+        res["after_change_jobs"] = len(after)
+        res["replanned"] = sum(1 for j in jobs if j.replanned)  # the simulator's summary keys
+        res["rerouted"] = sum(1 for j in jobs if j.rerouted)
+        res["lost_s"] = sum(j.lost_s for j in jobs)
     return res
 
 
@@ -287,9 +299,9 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
                      f"{_fmt(j.measured_s):>9} {spread:>15} {err:>7} {_fmt(shared):>7} {err_shared:>7} "
                      f"{_fmt(j.jct_s, '.1f'):>6} {_fmt(j.startup_wall_s, '.2f'):>8}  {status}")
     errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
-    changed = [(j, j.as_json()["after_wan_change"]) for j in jobs if j.changed_t is not None]
+    changed = [(j, j.as_json()["after_change"]) for j in jobs if j.changed_t is not None]
     if changed:
-        lines += ["", "after the last WAN change a job saw (iterations that began once it was in force):"]
+        lines += ["", "after the last change a job saw (a WAN event in force, or its new placement after a stop):"]
         for j, a in changed:
             err = f"{a['error_pct']:+.1f}%" if a["error_pct"] is not None else "n/a"
             lines.append(f"  {j.job.job_id:<14} at {a['t']:.2f} s: predicted {_fmt(a['predicted_iteration_s'])} "

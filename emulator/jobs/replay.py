@@ -49,6 +49,7 @@ from pathlib import Path
 from emulator.jobs.compute import COMPUTE_MODES, cpu_flops_per_s
 from emulator.jobs.launch import describe_plan, emulated_view, predict_emulated, rank_specs
 from emulator.jobs.ranklog import read_lines
+from emulator.jobs.changes import ReplayChanges
 from emulator.jobs.startup import startup_s
 from emulator.jobs.wanplay import WanPlayer
 from emulator.net.live import LiveNetwork
@@ -59,7 +60,7 @@ from spiderflow.costmodel import NO_CALIBRATION, Calibration, plan_work
 from spiderflow.placement.base import Strategy
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig, link_load
 from spiderflow.topology import Topology
-from spiderflow.wan import WanEvent
+from spiderflow.wan import CapacityEvent, WanEvent
 from spiderflow.workload import Job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,6 +177,24 @@ class JobRun(JobRecord):
     changed_t: float | None = None
     predicted_after_s: float | None = None
     iteration_after_s: list[float] = field(default_factory=list)
+    # stopped by a change (emulator/jobs/changes.py) and placed again: attempt n's ranks write
+    # JOB.n-rR files and run the iterations left; they start launch_at (the restart cost) after
+    # the new placement, which holds the GPUs and hosts meanwhile
+    attempt: int = 0
+    done_before: int = 0  # iterations completed by earlier attempts
+    replanned: int = 0
+    rerouted: int = 0
+    lost_s: float = 0.0  # sum over its stops of (its new ranks' launch - the stop), real-equivalent
+    stopped_s: float | None = None
+    restart_s: float = 0.0
+    launch_at: float | None = None
+    pending: tuple | None = None  # (specs, hosts, port) of ranks waiting for launch_at
+    launched_t: float | None = None  # when this attempt's ranks were started (the replay's clock)
+
+    @property
+    def files(self) -> str:
+        """The prefix of this attempt's rank files."""
+        return self.job.job_id if self.attempt == 0 else f"{self.job.job_id}.{self.attempt}"
 
     def collect_exits(self) -> None:
         """Record the exit status of every rank that has ended since the last look."""
@@ -213,9 +232,11 @@ class JobRun(JobRecord):
                "error_pct": self.error_pct, "jct_s": self.jct_s, "queue_s":
                    None if self.start_s is None else self.start_s - self.arrival_s,
                "startup_wall_s": self.startup_wall_s, "admission": self.admission, "status": self.status}
+        if self.attempt or self.rerouted:
+            out.update(replanned=self.replanned, rerouted=self.rerouted, lost_s=self.lost_s)
         if self.changed_t is not None:
             after = statistics.median(self.iteration_after_s) if self.iteration_after_s else None
-            out["after_wan_change"] = {
+            out["after_change"] = {
                 "t": self.changed_t, "predicted_iteration_s": self.predicted_after_s,
                 "measured_iteration_s": after, "measured_iterations": len(self.iteration_after_s),
                 "error_pct": None if after is None or self.predicted_after_s is None
@@ -228,7 +249,7 @@ class JobRun(JobRecord):
 class Runner:
     def __init__(self, topology: Topology, jobs: Sequence[Job], config: RunConfig, emu, *, out_dir: Path,
                  log: Callable[[str], None] = lambda _m: None, pool=None, first_port: int = BASE_PORT,
-                 wan_events: Sequence[WanEvent] = ()) -> None:
+                 wan_events: Sequence[WanEvent] = (), capacity_events: Sequence[CapacityEvent] = ()) -> None:
         """``pool``: a :class:`emulator.jobs.pool.RankPool` on ``emu`` that forks the ranks with torch already
         imported; None starts each rank as a new process (``python -m emulator.jobs.worker``).
         ``first_port``: each job's rendezvous takes the next port from here (a later replay on the same
@@ -258,6 +279,7 @@ class Runner:
             warm_tcp(emu)
         self.player = (WanPlayer(LiveNetwork(emu, topology), wan_events, time_scale=config.time_scale,
                                  dilation=self.k, log=log) if wan_events else None)
+        self.changes = ReplayChanges(self, capacity_events) if wan_events or capacity_events else None
 
     def now(self) -> float:
         """Real-equivalent seconds since the run started (wall / dilation)."""
@@ -292,7 +314,10 @@ class Runner:
                 arrived, self._dirty = n, True
             if self.player is not None:
                 for applied in self.player.take():
-                    self._network_changed(applied)
+                    self.changes.network_changed(applied)
+            if self.changes is not None:
+                self.changes.due(now)
+            self._start_due()
             self._poll_running()
             if self._dirty:
                 self._dirty = False
@@ -310,17 +335,30 @@ class Runner:
                         self.log(f"{j.job.job_id}: {j.admission}")
             time.sleep(POLL_S)
 
-    def _network_changed(self, applied) -> None:
-        """Plan on the network the WAN events left (a down link: routed round where possible, no
-        new plan across it); each running job is predicted on it, with the others' load."""
-        self.topo = applied.topology
-        self.sched.set_network(applied.topology, applied.down)
+    def predict_now(self, j: JobRun) -> float:
+        """``j``'s plan on the network as it is now, with the other running jobs' load."""
+        return predict_emulated(j.plan, self._view(self._load_without(j)))
+
+    def stop(self, j: JobRun, restart_s: float, *, why: str) -> None:
+        """A change stops running ``j``: its ranks are ended, what they did is kept, its GPUs and hosts
+        go back, and it waits in the queue to be placed again (emulator/jobs/changes.py)."""
+        if j.pending is None:
+            self._end_ranks(j)
+            self._measure(j)
+            j.done_before += j.iterations_done
+        self._release(j)
+        j.status, j.stopped_s, j.restart_s = "queued", self.now(), restart_s
+        j.attempt, j.ranks, j.pending, j.launch_at = j.attempt + 1, [], None, None
         self._dirty = True
-        for j in self.sched.running:
-            j.changed_t = applied.in_force_t
-            if j.first_changed_t is None:
-                j.first_changed_t = applied.in_force_t
-            j.predicted_after_s = predict_emulated(j.plan, self._view(self._load_without(j)))
+        self.log(f"{j.job.job_id}: stopped after {j.done_before} of {self.cfg.iterations} iterations: {why}; "
+                 f"re-queued (restart cost {restart_s:.1f} s)")
+
+    def _start_due(self) -> None:
+        for j in self.jobs:
+            if j.pending is not None and j.launch_at <= self.now():
+                specs, hosts, port = j.pending
+                j.pending = None
+                self._start_ranks(j, specs, hosts, port)
 
     def _poll_running(self) -> None:
         for j in self.jobs:
@@ -356,33 +394,57 @@ class Runner:
         job, plan, segments = j.job, j.plan, j.segments
         net = self.cfg.net
         view = self._view(self._load_without(j))
-        j.predicted_s = predict_emulated(plan, view)
-        j.predicted_alone_s = predict_emulated(plan, self._view())
-        work = plan_work(plan, view)
+        if j.attempt:  # placed again after a change: its new plan on the changed network
+            j.predicted_after_s, j.changed_t = predict_emulated(plan, view), self.now() + j.restart_s
+        else:
+            j.predicted_s = predict_emulated(plan, view)
+            j.predicted_alone_s = predict_emulated(plan, self._view())
+            j.launch_topology = self.topo
+        work = dataclasses.replace(plan_work(plan, view), job_id=j.files)
         specs = rank_specs(work, master_addr="0.0.0.0", master_port=0, scale=net.scale, dilation=net.dilation,
-                           iterations=self.cfg.iterations, out_dir=str(self.rank_dir),
+                           iterations=self.cfg.iterations - j.done_before, out_dir=str(self.rank_dir),
                            timeout_s=self.cfg.rank_timeout_s, compute=self.cfg.compute,
                            cpu_flops_per_s=self.cpu_flops_per_s)
         hosts = [self.free_hosts[w.cluster].pop(0) for w in work.ranks]
         port, self.next_port = self.next_port, self.next_port + 1
-        j.start_s = self.now()
-        j.launch_topology = self.topo
+        if j.stopped_s is None:
+            j.start_s = self.now()
         others = [o for o in self.sched.running if o is not j]
         for o in others:
             o.overlapped.add(job.job_id)
         j.overlapped.update(o.job.job_id for o in others)
         running = sum(len(o.ranks) for o in others) + len(specs)
         self.peak_ranks = max(self.peak_ranks, running)
+        where = ", ".join(f"{c}:{g}" for c, g in segments)
+        j.expected_end_s = (self.now() + j.restart_s + startup_s(plan, self.topo, self.k)
+                            + (self.cfg.iterations - j.done_before) * (j.predicted_after_s if j.attempt
+                                                                      else j.predicted_s))
+        if j.stopped_s is not None:  # placed again after a change: the ranks start after the restart cost
+            j.replanned += 1
+            j.launch_at = self.now() + j.restart_s
+            j.lost_s += j.launch_at - j.stopped_s
+            j.stopped_s = None
+            j.pending = (specs, hosts, port)
+            self.log(f"{job.job_id}: placed again on {where}, {len(specs)} rank(s); {describe_plan(plan)}; "
+                     f"{self.cfg.iterations - j.done_before} iterations left, ranks start after the restart "
+                     f"cost ({j.restart_s:.1f} s); predicted {j.predicted_after_s:.3f} s/iteration")
+            return
+        self._start_ranks(j, specs, hosts, port)
+        self.log(f"{job.job_id}: started on {where}, {len(specs)} rank(s); {describe_plan(plan)}; "
+                 f"predicted {j.predicted_s:.3f} s/iteration")
+
+    def _start_ranks(self, j: JobRun, specs: list, hosts: list, port: int) -> None:
+        job = j.job
         for spec, host in zip(specs, hosts):
             spec = RankSpec(**{**spec.__dict__, "master_addr": hosts[0].ip, "master_port": port})
-            path = self.rank_dir / f"{job.job_id}-r{spec.rank}.json"
+            path = self.rank_dir / f"{j.files}-r{spec.rank}.json"
             spec.dump(path)
-            for stale in (Path(spec.out), self.rank_dir / f"{job.job_id}-r{spec.rank}.log"):
+            for stale in (Path(spec.out), self.rank_dir / f"{j.files}-r{spec.rank}.log"):
                 stale.unlink(missing_ok=True)  # a reused --out: ranks append, measurement reads all lines
             env = {**os.environ, **rank_env(host.intf, host.name, spec.backend), STARTUP_NICE_ENV: "1",
                    "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-            log_path = self.rank_dir / f"{job.job_id}-r{spec.rank}.log"
-            role = f"{job.job_id}/r{spec.rank}"
+            log_path = self.rank_dir / f"{j.files}-r{spec.rank}.log"
+            role = f"{j.files}/r{spec.rank}"
             if self.pool is not None:
                 proc = self.pool.start(module="emulator.jobs.worker", args=[str(path)],
                                        env={**env, MARKER_ENV: self.emu.run_id}, log_path=str(log_path),
@@ -395,19 +457,19 @@ class Runner:
                     proc = self.emu.popen(host.name, argv, env=env, role=role, stdout=logfile,
                                           stderr=subprocess.STDOUT, cwd=str(REPO))
             j.ranks.append(Rank(spec=spec, host=host, proc=proc, log=log_path))
-            self._launched.write(json.dumps({"job_id": job.job_id, "rank": spec.rank, "pid": proc.pid,
-                                             "host": host.name, "ip": host.ip, "t": j.start_s}) + "\n")
-        j.expected_end_s = j.start_s + startup_s(plan, self.topo, self.k) + self.cfg.iterations * j.predicted_s
-        where = ", ".join(f"{c}:{g}" for c, g in segments)
-        self.log(f"{job.job_id}: started on {where}, {len(specs)} rank(s); {describe_plan(plan)}; "
-                 f"predicted {j.predicted_s:.3f} s/iteration")
+            self._launched.write(json.dumps({"job_id": job.job_id, "attempt": j.attempt, "rank": spec.rank,
+                                             "pid": proc.pid, "host": host.name, "ip": host.ip,
+                                             "t": self.now()}) + "\n")
+        j.launched_t = self.now()
 
     # ------------------------------------------------------------------ progress and end
     def _poll(self, j: JobRun) -> bool:
         """True when the job ended (ok or failed) in this poll."""
+        if j.pending is not None:  # placed again, paying its restart cost: no ranks yet
+            return False
         j.collect_exits()
         bad = [r for r in j.ranks if r.exit not in (None, 0)]
-        timed_out = self.now() - j.start_s > self.cfg.job_timeout_s  # both real-equivalent
+        timed_out = self.now() - j.launched_t > self.cfg.job_timeout_s  # both real-equivalent
         flooded = next((r for r in j.ranks if r.log_bytes() > RANK_LOG_CAP_BYTES), None)
         if not bad and not timed_out and not flooded and any(r.exit is None for r in j.ranks):
             return False
@@ -457,7 +519,7 @@ class Runner:
             time.sleep(0.05)
 
     def _wall_since_launch(self, j: JobRun) -> float:
-        return time.monotonic() - (self.t0 + j.start_s * self.k)
+        return time.monotonic() - (self.t0 + j.launched_t * self.k)
 
     def _not_joined(self, j: JobRun, timed_out: bool) -> list[Rank]:
         """Live ranks that never reached their rendezvous (no JSON lines file yet, see
@@ -488,10 +550,10 @@ class Runner:
         where = f"rank {r.spec.rank} on {r.host.name}"
         if r.exit is not None and r.exit < 0:
             return f"{where} was killed by signal {signal.Signals(-r.exit).name}"
-        for line in reversed(self._lines(j.job.job_id, r.spec.rank)):
+        for line in reversed(self._lines(j.files, r.spec.rank)):
             if line.get("event") == "failed":
                 return f"{where} failed: {line.get('reason')}"
-        log = self.rank_dir / f"{j.job.job_id}-r{r.spec.rank}.log"
+        log = self.rank_dir / f"{j.files}-r{r.spec.rank}.log"
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
         return f"{where} exited with status {r.exit}" + (f": {tail[0][:200]}" if tail else "")
 
@@ -518,11 +580,15 @@ class Runner:
     def _predict_shared(self, j: JobRun) -> None:
         """The prediction with the link load of every job that overlapped this one (an upper bound
         on the sharing it saw: the planner only knew the jobs running at its launch)."""
+        if j.attempt:  # its plan now is not the one its first intervals ran
+            return
         load = link_load(o for o in self.jobs if o.job.job_id in j.overlapped)
         j.predicted_shared_s = predict_emulated(j.plan, self._view(load, j.launch_topology))
 
     def _release(self, j: JobRun) -> None:
         self.sched.release(j)
+        if self.changes is not None:
+            self.changes.released()
         for r in j.ranks:
             self.free_hosts[r.host.cluster].append(r.host)
         for hs in self.free_hosts.values():
@@ -538,21 +604,22 @@ class Runner:
         starts = []
         for r in j.ranks:
             mono = None
-            for line in self._lines(j.job.job_id, r.spec.rank):
+            for line in self._lines(j.files, r.spec.rank):
                 if line.get("event") == "start":
                     mono = line.get("mono")
                     if mono is not None:
                         starts.append(mono)
                 elif line.get("event") == "iteration" and mono is not None:
                     ends.setdefault(line["it"], []).append(mono + line["end"])
-        if starts and j.start_s is not None:
+        if starts and j.start_s is not None and j.attempt == 0:
             j.startup_wall_s = max(0.0, min(starts) - (self.t0 + j.start_s * self.k))
         complete = sorted(it for it, v in ends.items() if len(v) == len(j.ranks))
         last = {it: max(ends[it]) for it in complete}
         j.iterations_done = len(complete)
-        first = math.inf if j.first_changed_t is None else self.t0 + j.first_changed_t * self.k
-        j.iteration_s = [(last[it] - last[it - 1]) / self.k for it in complete
-                         if it >= max(1, self.cfg.warmup) and it - 1 in last and last[it] < first]
+        if j.attempt == 0:  # a later attempt's intervals are all after a change (below)
+            first = math.inf if j.first_changed_t is None else self.t0 + j.first_changed_t * self.k
+            j.iteration_s = [(last[it] - last[it - 1]) / self.k for it in complete
+                             if it >= max(1, self.cfg.warmup) and it - 1 in last and last[it] < first]
         if j.changed_t is not None:  # intervals that began once the last change was in force
             changed = self.t0 + j.changed_t * self.k
             j.iteration_after_s = [(last[it] - last[it - 1]) / self.k for it in complete

@@ -105,4 +105,5 @@ def _describe(e: WanEvent) -> str:
         return f"{e.a}-{e.b} down"
     parts = [f"{e.bandwidth_gbps:g} Gbit/s" if e.bandwidth_gbps is not None else "",
              f"{e.latency_ms:g} ms" if e.latency_ms is not None else ""]
-    return f"{e.a}-{e.b} up " + ", ".join(p for p in parts if p)
+    figures = ", ".join(p for p in parts if p)
+    return f"{e.a}-{e.b} up" + (f" {figures}" if figures else "")

@@ -270,11 +270,48 @@ def test_wan_events_change_the_link_under_a_running_job(inputs, state_dir, asser
     assert event["trace_time_s"] == 40.0 and event["events"][0]["link"] == "east-west"
     assert 0 <= event["applied_s"] - event["time_s"] <= 0.1, event
     jobs = {j["job_id"]: j for j in result["jobs"]}
-    after = jobs["wan"]["after_wan_change"]
+    after = jobs["wan"]["after_change"]
     assert after["measured_iterations"] >= 5 and abs(after["error_pct"]) <= ERROR_BOUND_PCT, after
     # the new link is 2.5x thinner: the model predicts a much slower iteration, and so it was
     assert after["predicted_iteration_s"] > 1.5 * jobs["wan"]["predicted_iteration_s"]
-    assert "after_wan_change" not in jobs["local"]  # it had ended before the change
-    assert result["after_wan_change_jobs"] == 1
+    assert "after_change" not in jobs["local"]  # it had ended before the change
+    assert result["after_change_jobs"] == 1
     assert "WAN: east-west up 0.4 Gbit/s" in done.stderr
+    assert_no_leak()
+
+
+@pytest.mark.root
+def test_an_outage_with_no_way_round_stops_the_job_and_it_is_placed_again(inputs, state_dir, assert_no_leak):
+    """east-west goes down at trace 40 s and comes back at 80 s: the WAN job (east + west) has no other
+    route, so it is stopped, waits (not rejected: the network is impaired), is placed again when the
+    link is back, pays its restart cost and runs the iterations it had left."""
+    (inputs / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n40,east-west,,,0\n80,east-west,,,1\n")
+    done = subprocess.run(run_argv(inputs, "--iterations", "20", "--wan-events", str(inputs / "events.csv")),
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert [e["events"][0]["up"] for e in result["wan_events"]] == [False, True]
+    wan = {j["job_id"]: j for j in result["jobs"]}["wan"]
+    assert wan["status"] == "ok" and wan["replanned"] == 1 and result["replanned"] == 1
+    up_t = result["wan_events"][1]["applied_s"] - result["wan_events"][0]["applied_s"]  # wall s down
+    assert wan["lost_s"] > up_t / result["dilation"]  # waited for the link, then paid the restart cost
+    after = wan["after_change"]
+    assert after["measured_iterations"] >= 5 and abs(after["error_pct"]) <= ERROR_BOUND_PCT, after
+    assert "stopped after" in done.stderr and "placed again" in done.stderr
+    ranks = inputs / "out" / "ranks"
+    assert (ranks / "wan-r0.jsonl").exists() and (ranks / "wan.1-r0.jsonl").exists()  # one file set per attempt
+    assert_no_leak()
+
+
+@pytest.mark.root
+def test_withdrawn_gpus_stop_the_job_on_them_until_they_return(inputs, state_dir, assert_no_leak):
+    (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n40,east,8,10,80\n")
+    done = subprocess.run(run_argv(inputs, "--iterations", "20", "--capacity-events", str(inputs / "capacity.csv")),
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    wan = {j["job_id"]: j for j in result["jobs"]}["wan"]
+    assert result["wan_events"] == [] and wan["status"] == "ok" and wan["replanned"] == 1
+    assert "east's GPUs were withdrawn" in done.stderr and "east's GPUs are back" in done.stderr
+    assert abs(wan["after_change"]["error_pct"]) <= ERROR_BOUND_PCT
     assert_no_leak()

@@ -1,0 +1,109 @@
+"""What a replay does when the WAN or the GPU pool changes under its running jobs (issue 19).
+
+The simulator's semantics (:mod:`spiderflow.simulate.changes`, docs/wan-events.md), on
+real ranks:
+
+- **WAN event** (put in force on the wire by :mod:`emulator.jobs.wanplay`): the
+  scheduler plans on the changed network from then on. A running job whose
+  traffic has another route keeps running: the routers already send it round
+  the down link (``rerouted``). A job whose route has no way round a down link
+  is **stopped** (its ranks ended, its progress kept) and re-queued.
+- **Capacity event** (``--capacity-events``, trace time like arrivals): at the
+  notice the cluster's free GPUs leave the pool, at ``time_s`` the rest is
+  taken from the jobs running there (latest started first), which are
+  stopped and re-queued; at ``return_s`` the GPUs come back.
+- A stopped job is placed again by the same scheduler; its new ranks run the
+  iterations it had left and start after the **restart cost**
+  (:func:`spiderflow.simulate.changes.restart_cost_s`, real-equivalent seconds,
+  x K on the wall), holding their GPUs and hosts meanwhile, as the simulator
+  charges it.
+
+SpinSearch's *voluntary* re-planning is not done here: the simulator skips it
+whenever hosts per cluster are counted (``Scheduler.replan`` does not place
+hosts), which an emulated replay always does; the simulated replay of an
+emulator run (``emulator compare``) is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from spiderflow.scheduling import crosses
+from spiderflow.simulate.changes import CapacityPool, restart_cost_s
+from spiderflow.simulate.flows import plan_routes
+from spiderflow.wan import CapacityEvent
+
+NOTICE, WITHDRAW, RETURN = "notice", "withdraw", "return"
+
+
+class ReplayChanges:
+    """Applies WAN changes (already on the wire) and capacity events to a :class:`Runner`'s jobs."""
+
+    def __init__(self, runner, capacity_events: Sequence[CapacityEvent] = ()) -> None:
+        self.runner = runner
+        self.pool = CapacityPool()
+        self.down: frozenset = frozenset()
+        steps = []
+        for ev in capacity_events:
+            steps.append((ev.notice_at_s, NOTICE, ev))
+            steps.append((ev.time_s, WITHDRAW, ev))
+            if ev.return_s is not None:
+                steps.append((ev.return_s, RETURN, ev))
+        # (replay-clock time, kind, event): trace times compressed like arrivals
+        self.steps = sorted(((t / runner.cfg.time_scale, kind, ev) for t, kind, ev in steps),
+                            key=lambda s: s[0])
+
+    def network_changed(self, applied) -> None:
+        """The routing topology and down links of a batch that is now in force on the wire."""
+        r = self.runner
+        went_down = applied.down - self.down
+        self.down = applied.down
+        r.topo = applied.topology
+        r.sched.set_network(applied.topology, applied.down)
+        self._impaired()
+        r._dirty = True
+        for j in list(r.sched.running):
+            routes = plan_routes(j.plan, applied.topology)
+            if crosses(routes, applied.down) is not None:
+                r.stop(j, restart_cost_s(j.job), why=f"its route crosses {'-'.join(crosses(routes, applied.down))}, "
+                                                     "which is down, with no way round")
+                continue
+            if went_down and any(key in went_down for route in j.routes for key in route):
+                j.rerouted += 1
+            j.routes = routes
+            j.changed_t = applied.in_force_t
+            if j.first_changed_t is None:
+                j.first_changed_t = applied.in_force_t
+            j.predicted_after_s = r.predict_now(j)
+
+    def due(self, now: float) -> None:
+        """Apply the capacity steps due by ``now`` (the replay's clock)."""
+        r = self.runner
+        while self.steps and self.steps[0][0] <= now:
+            _t, kind, ev = self.steps.pop(0)
+            free = r.sched.free
+            if kind == NOTICE:
+                self.pool.announce(ev, free, r.sched.topo.cluster(ev.cluster).total_gpus)
+                r.log(f"capacity: {ev.cluster} loses {ev.gpus} GPU(s) in {ev.notice_s:g} s (notice)")
+            elif kind == WITHDRAW:
+                self.pool.settle(free)
+                for j in reversed(list(r.sched.running)):
+                    if not self.pool.owed.get(ev.cluster, 0):
+                        break
+                    if j.placement.get(ev.cluster, 0):
+                        r.stop(j, restart_cost_s(j.job, notice_s=ev.notice_s),
+                               why=f"{ev.cluster}'s GPUs were withdrawn")
+                        self.pool.settle(free)
+                r.log(f"capacity: {ev.cluster}: {self.pool.withdrawn.get(ev.cluster, 0)} GPU(s) withdrawn")
+            else:
+                self.pool.give_back(ev, free)
+                r.log(f"capacity: {ev.cluster}'s GPUs are back")
+            self._impaired()
+            r._dirty = True
+
+    def released(self) -> None:
+        """A job ended: GPUs announced as withdrawn take what it freed first."""
+        self.pool.settle(self.runner.sched.free)
+
+    def _impaired(self) -> None:
+        self.runner.sched.impaired = bool(self.down) or self.pool.impaired
