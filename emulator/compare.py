@@ -44,8 +44,8 @@ from emulator.jobs.startup import startup_s as job_startup_s
 from emulator.net.capability import require_root
 from emulator.net.check import add_network_arguments, resolve_topology
 from emulator.net.state import StateStore
-from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, check_warmup,
-                          resolve_network, write_results)
+from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, applied_events,
+                          check_warmup, resolve_network, write_results)
 from spiderflow.cliutil import add_scheduler_arguments, dumps, float_in, int_in, name_list, output_dir
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
@@ -56,6 +56,7 @@ from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
 from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
 from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import load_trace
+from spiderflow.wan import load_capacity_events, load_wan_events
 from spiderflow.workload import Job
 
 HELP = "replay a trace once per planner on one emulated network: measured vs simulated JCT and throughput"
@@ -97,6 +98,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "simulation use it")
     parser.add_argument("--calibration-any-topology", action="store_true",
                         help="apply --calibration although it records another topology than --topology")
+    parser.add_argument("--wan-events", default=None, metavar="FILE",
+                        help="WAN events CSV (docs/wan-events.md), in force on the live network at their "
+                             "compressed times in each replay and in its simulation")
+    parser.add_argument("--capacity-events", default=None, metavar="FILE",
+                        help="capacity events CSV (docs/wan-events.md), compressed like arrivals, in both")
     add_scheduler_arguments(parser)
     parser.add_argument("--out", type=output_dir, default=None,
                         help="output directory (default runs/compare-<timestamp>)")
@@ -114,18 +120,29 @@ def replay_jobs(jobs: list[Job], iterations: int) -> list[Job]:
     return [dataclasses.replace(j, iterations=iterations) for j in jobs]
 
 
-def simulated_replay(topo: Topology, jobs: list[Job], cfg: RunConfig, *, startup: str | float = "model"
-                     ) -> list[SimRecord]:
+def compressed_events(wan_events, capacity_events, time_scale: float) -> tuple[tuple, tuple]:
+    """Event times on the replay's clock: every trace time (a notice too) / ``time_scale``."""
+    wan = tuple(dataclasses.replace(e, time_s=e.time_s / time_scale) for e in wan_events)
+    cap = tuple(dataclasses.replace(e, time_s=e.time_s / time_scale, notice_s=e.notice_s / time_scale,
+                                    return_s=None if e.return_s is None else e.return_s / time_scale)
+                for e in capacity_events)
+    return wan, cap
+
+
+def simulated_replay(topo: Topology, jobs: list[Job], cfg: RunConfig, *, startup: str | float = "model",
+                     wan_events=(), capacity_events=()) -> list[SimRecord]:
     """The simulator's prediction of ``emulator run`` replaying ``jobs`` under ``cfg`` (module docstring)."""
     net = cfg.net
     startup_s = startup_of(startup, topo, net)
     compressed = [dataclasses.replace(j, arrival_s=j.arrival_s / cfg.time_scale) for j in jobs]
+    wan, cap = compressed_events(wan_events, capacity_events, cfg.time_scale)
     sim = SimConfig(planner=cfg.planner, backfill=cfg.backfill, seed=cfg.seed, time_limit_s=cfg.time_limit_s,
                     wait=cfg.wait,
                     search_budget=cfg.search_budget, calibration=cfg.calibration, charge_overhead=True,
                     overhead_scale=1.0 / net.dilation, startup_s=startup_s,
                     hosts_per_cluster={c.name: net.hosts_per_cluster for c in topo.clusters},
-                    priced_topology=emulated_topology(topo, net), exact=True)
+                    priced_topology=emulated_topology(topo, net), exact=True,
+                    wan_events=wan, capacity_events=cap)
     return simulate(topo, compressed, sim)
 
 
@@ -252,6 +269,9 @@ def main(args: argparse.Namespace) -> int:
     topo = load_topology(resolve_topology(args.topology))
     trace_path = resolve_topology(args.trace)
     jobs = replay_jobs(load_trace(trace_path).jobs, args.iterations)
+    wan_events = load_wan_events(resolve_topology(args.wan_events), topo) if args.wan_events else ()
+    capacity_events = (load_capacity_events(resolve_topology(args.capacity_events), topo)
+                       if args.capacity_events else ())
     calibration = load_calibration(args.calibration) if args.calibration else NO_CALIBRATION
     check_calibration_applies(calibration, topo, allow_other_topology=args.calibration_any_topology)
     planners = list(args.planners)
@@ -279,7 +299,8 @@ def main(args: argparse.Namespace) -> int:
               "backfill": args.backfill, "wait": args.wait, "seed": args.seed, "time_limit_s": args.time_limit,
               "search_budget": args.search_budget, "calibration": args.calibration,
               "startup": args.startup, "scale": net.scale, "dilation": net.dilation,
-              "dilation_reason": choice.reason, "net": dataclasses.asdict(net)}
+              "dilation_reason": choice.reason, "net": dataclasses.asdict(net),
+              "wan_events": args.wan_events, "capacity_events": args.capacity_events}
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{what}; planners {', '.join(planners)}; output {out}")
     progress(f"dilation {net.dilation:g}: {choice.reason}")
@@ -295,9 +316,11 @@ def main(args: argparse.Namespace) -> int:
             for name in planners:
                 cfg = dataclasses.replace(base, planner=name)
                 progress(f"{name}: replaying (simulating the same replay first)")
-                simulated = simulated_replay(topo, jobs, cfg, startup=args.startup)
+                simulated = simulated_replay(topo, jobs, cfg, startup=args.startup, wan_events=wan_events,
+                                             capacity_events=capacity_events)
                 runner = Runner(topo, jobs, cfg, emu, out_dir=out / name, pool=pool, first_port=port,
-                                log=lambda m, name=name: progress(f"{name}: {m}"))
+                                log=lambda m, name=name: progress(f"{name}: {m}"), wan_events=wan_events,
+                                capacity_events=capacity_events)
                 started = time.monotonic()
                 try:
                     runner.run()
@@ -306,7 +329,7 @@ def main(args: argparse.Namespace) -> int:
                     raise
                 finally:
                     write_results(out / name, runner.jobs, net, emu.mechanism, time.monotonic() - started,
-                                  runner.peak_ranks)
+                                  runner.peak_ranks, applied_events(runner))
                     results[name] = planner_result(runner.jobs, simulated, topo.total_gpus, startup_of(args.startup, topo, net))
                 port = runner.next_port
                 r = results[name]

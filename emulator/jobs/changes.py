@@ -8,7 +8,8 @@ real ranks:
   traffic has another route keeps running: the routers already send it round
   the down link (``rerouted``). A job whose route has no way round a down link
   is **stopped** (its ranks ended, its progress kept) and re-queued.
-- **Capacity event** (``--capacity-events``, trace time like arrivals): at the
+- **Capacity event** (``--capacity-events``; its times, the notice included, are
+  compressed like arrivals): at the
   notice the cluster's free GPUs leave the pool, at ``time_s`` the rest is
   taken from the jobs running there (latest started first), which are
   stopped and re-queued; at ``return_s`` the GPUs come back.
@@ -91,7 +92,7 @@ class ReplayChanges:
                     if not self.pool.owed.get(ev.cluster, 0):
                         break
                     if j.placement.get(ev.cluster, 0):
-                        r.stop(j, restart_cost_s(j.job, notice_s=ev.notice_s),
+                        r.stop(j, restart_cost_s(j.job, notice_s=ev.notice_s / r.cfg.time_scale),
                                why=f"{ev.cluster}'s GPUs were withdrawn")
                         self.pool.settle(free)
                 r.log(f"capacity: {ev.cluster}: {self.pool.withdrawn.get(ev.cluster, 0)} GPU(s) withdrawn")

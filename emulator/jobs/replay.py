@@ -56,6 +56,7 @@ from emulator.net.live import LiveNetwork
 from emulator.net.layout import HostPlan, NetConfig
 from emulator.net.state import MARKER_ENV
 from emulator.jobs.worker import STARTUP_NICE_ENV, RankSpec, rank_env
+from spiderflow.errors import EmulatorError
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, plan_work
 from spiderflow.placement.base import Strategy
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig, link_load
@@ -300,6 +301,11 @@ class Runner:
         finally:
             if self.player is not None:
                 self.player.stop()
+                if self.player.applied:
+                    try:
+                        self.player.live.restore()
+                    except EmulatorError as exc:  # the network is torn down next anyway
+                        self.log(f"could not restore the WAN after the replay: {exc}")
             os.setpriority(os.PRIO_PROCESS, 0, before)
             self._launched.close()
         return self.jobs

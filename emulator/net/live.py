@@ -11,7 +11,8 @@ run router by router; new delays handed to the delay daemons (``delayd
 returns that moment: the last command's return or daemon's acknowledgement,
 on the machine-wide monotonic clock.
 
-Use it from one thread at a time (a replay's event thread, or ``emulator check``'s step test).
+Use it from one thread at a time (a replay's event thread, or ``emulator check``'s step test); it
+runs the routers' commands in parallel, each router's as ``tc -batch`` / ``ip -batch`` processes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import dataclasses
 import signal
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from emulator.net.delayd import write_control
 from emulator.net.layout import build_plan
@@ -51,25 +53,34 @@ class LiveNetwork:
         """The planners' topology now: a down link dead (spiderflow.simulate.changes), so routes avoid it."""
         return self.state.topologies()[0]
 
+    def restore(self) -> float:
+        """Back to the topology's own figures, every link up (a replay ends: the next one on this
+        network, e.g. ``emulator compare``'s next planner, starts from the same network)."""
+        self.state = NetworkState(self.state.base, self.state.base)
+        return self._to(build_plan(self.state.base, self.emu.config))
+
     def apply(self, events: Sequence[WanEvent]) -> float:
         """Put ``events`` (due together) in force; the monotonic time they were."""
         for ev in events:
             self.state.apply(ev)
+        return self._to(build_plan(self.live_topology(), self.emu.config, routing=self.routing_topology()))
+
+    def _to(self, new) -> float:
         emu = self.emu
-        new = build_plan(self.live_topology(), emu.config, routing=self.routing_topology())
         changes = plan_changes(emu.plan, new, netem=emu.mechanism == "netem", down=self.state.down,
                                was_down=self.down)
-        acks = [self._run(change) for change in changes]
+        # routers in parallel (each its own tc / ip processes; subprocess waits release the GIL)
+        with ThreadPoolExecutor(max_workers=max(1, len(changes))) as pool:
+            acks = list(pool.map(self._run, changes))
         done = time.monotonic()
+        self.commands += sum(len(c.commands) for c in changes)
         emu.plan, self.down = new, self.state.down
         return max([done, *(self._ack(*a) for a in acks if a is not None)])
 
     def _run(self, change: RouterChange) -> tuple | None:
         emu = self.emu
         pid = emu.node(change.router).pid
-        for argv in change.commands:
-            emu.executor.run(change.router, pid, list(argv))
-            self.commands += 1
+        emu.executor.run_batched(change.router, pid, [list(argv) for argv in change.commands])
         if not change.delays:
             return None
         cluster = next(c.name for c in emu.plan.clusters if c.router.name == change.router)

@@ -79,3 +79,25 @@ def test_headline_ratios_point_one_way_and_ranking_is_by_avg_jct():
     row = next(l for l in headline(results).splitlines() if l.startswith("| blind"))
     assert "| 2.00x | 2.00x | 2.00x | 2.00x |" in row  # JCT and throughput: > 1, SpinSearch better
     assert ranking(results, "measured") == ranking(results, "simulated") == ["spinsearch", "blind"]
+
+
+def test_events_are_compressed_like_arrivals_in_the_simulated_replay():
+    from emulator.compare import compressed_events
+    from spiderflow.wan import CapacityEvent, WanEvent
+
+    wan = (WanEvent(time_s=100.0, a="oregon", b="virginia", bandwidth_gbps=0.1, latency_ms=None, up=True),)
+    cap = (CapacityEvent(time_s=200.0, cluster="tokyo", gpus=8, notice_s=50.0, return_s=400.0),)
+    w, c = compressed_events(wan, cap, 10.0)
+    assert w[0].time_s == 10.0 and (c[0].time_s, c[0].notice_s, c[0].return_s) == (20.0, 5.0, 40.0)
+    cfg = _cfg()
+    job = dataclasses.replace(JOBS[0], job_id="wide", gpus=24, arrival_s=0.0)  # 24 > any cluster: a WAN job
+    plain, = simulated_replay(TOPO, [job], cfg, startup=0.0)
+    links = {tuple(sorted(k)) for route in plain.routes for k in route}
+    first = sorted(links)[0]
+    thin = (WanEvent(time_s=0.5 * 10.0 * plain.end_s, a=first[0], b=first[1], bandwidth_gbps=0.05,
+                     latency_ms=None, up=True),)  # mid-run on the replay's clock
+    slowed, = simulated_replay(TOPO, [job], cfg, startup=0.0, wan_events=thin)
+    assert slowed.end_s > plain.end_s * 1.2  # the event reached the simulation, at its compressed time
+    late, = simulated_replay(TOPO, [job], cfg, startup=0.0, wan_events=(dataclasses.replace(
+        thin[0], time_s=10.0 * plain.end_s * 1.01),))
+    assert late.end_s == pytest.approx(plain.end_s)  # due after the job ended: no effect
