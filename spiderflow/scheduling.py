@@ -26,7 +26,8 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
   free now, the scheduler also plans it on what will be free when running
   jobs end (their expected ends, which the driver keeps in
   ``expected_end_s``: the simulator's completion events, the emulator's
-  predictions), at the next :data:`LOOKAHEAD` distinct end times, and waits
+  predictions), at the next :data:`LOOKAHEAD` distinct end times (and at the
+  end it chose to wait for before, while those jobs run), and waits
   when one of those finishes the job sooner by more than :data:`WAIT_MARGIN`
   of its run time. A waiting job reserves the GPUs of that placement: a
   later job may start meanwhile (it does not block the queue) unless it would
@@ -110,6 +111,7 @@ class JobRecord:
     end_s: float | None = None
     expected_end_s: float | None = None  # kept by the driver while the job runs (admission)
     admission: str = ""  # the last admission decision and why (SpinSearch with wait)
+    waits_for: tuple[str, ...] = ()  # the running jobs whose ends it last chose to wait for (admission)
 
     @property
     def completed(self) -> bool:
@@ -319,8 +321,15 @@ class Scheduler:
         reserve) when that finishes it sooner (module docstring)."""
         finish_now = now + self._run_s(rec, placement, req)
         ends = sorted({r.expected_end_s for r in self.running if r.expected_end_s is not None})
+        candidates = ends[:LOOKAHEAD]
+        # what it chose to wait for at an earlier decision stays a candidate while those jobs run, though
+        # jobs started since (small ones passing it) may now end sooner: else it forgets what it waits for
+        waited = [r.expected_end_s for r in self.running
+                  if r.job.job_id in rec.waits_for and r.expected_end_s is not None]
+        if waited and max(waited) not in candidates:
+            candidates.append(max(waited))
         best = None
-        for t in ends[:LOOKAHEAD]:
+        for t in candidates:
             t = max(t, now)
             gone = self._ending_by(t)
             staying = [r for r in self.running if r not in gone]
@@ -346,6 +355,7 @@ class Scheduler:
                              f"{finish:.6g} s on {' '.join(f'{c}:{g}' for c, g in later.segments)} vs "
                              f"{finish_now:.6g} s if started now on {where}")
             self._reservations.append(_Reservation(rec.job.job_id, t, dict(later.plan.placement)))
+            rec.waits_for = tuple(names)
             return True
         rec.admission = f"started now on {where}: finishes at {finish_now:.6g} s" + (
             f" (waiting: {best[0]:.6g} s)" if best is not None else "")

@@ -174,3 +174,31 @@ def test_a_job_that_would_take_reserved_gpus_waits_too():
     else:
         assert greedy.admission.startswith("waits: starting now would delay j1")
     assert all(r.status == "running" for r in changed)
+
+
+def test_a_waiting_job_keeps_the_end_it_waits_for_when_shorter_jobs_pass_it():
+    """long waits for short's end on the fast cluster a; small jobs then start beside it on c and
+    end sooner, filling the look-ahead's first ends. It must still see short's end (else it forgets
+    what it waits for and starts now on slow b: what the emulator did with paper8-16's w2)."""
+    topo = parse_topology({"name": "fss", "clusters": [
+        {"name": "a", "gpu": "h100", "nodes": 1, "gpus_per_node": 8},
+        {"name": "b", "gpu": "v100", "nodes": 1, "gpus_per_node": 8},
+        {"name": "c", "gpu": "v100", "nodes": 1, "gpus_per_node": 8}],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 0.1, "latency_ms": 30.0},
+                  {"a": "b", "b": "c", "bandwidth_gbps": 0.1, "latency_ms": 30.0}]})
+    sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+    short, long, *small = _records([job(0, 4, iterations=3), job(1, 8, iterations=400)]
+                                   + [job(2 + i, 2, iterations=3) for i in range(4)])
+    sched.schedule([short], now=0.0)
+    assert short.placement == {"a": 4}
+    short.expected_end_s = 10.0
+    sched.schedule([long], now=0.1)
+    assert long.status == "queued" and long.admission.startswith("waits for j0") and long.waits_for == ("j0",)
+    from spiderflow.placement import PlacementRequest, spinsearch
+    for i, r in enumerate(small):  # short jobs start on c meanwhile (as ones passing it would), ending first
+        req = PlacementRequest(job=r.job, topology=topo, free_gpus={"c": sched.free["c"]}, allowed=("c",))
+        sched._commit(r, spinsearch.place(req), {})
+        r.expected_end_s = 1.0 + i
+    assert [r.status for r in small] == ["running"] * 4 and sched.free["c"] == 0
+    sched.schedule([long], now=0.2)
+    assert long.status == "queued" and long.admission.startswith("waits for j0"), long.admission
