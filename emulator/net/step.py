@@ -139,7 +139,9 @@ def step_test(emu, *, link: tuple[str, str] | None = None, factor: float = 0.5,
                             f"(exit {client.returncode}): {client.stderr.read().decode(errors='replace')[-200:]}")
     steps = []
     previous = base.bandwidth_gbps
-    ends = [applied[1][1], samples[-1][0]]
+    # each phase ends at the next step, the last one a window before the flow's planned end (iperf3
+    # stops then: its last windows would read the stop, not the link)
+    ends = [applied[1][1], min(samples[-1][0], t0 + total - WINDOW_S)]
     for (due, at, gbps), end in zip(applied, ends):
         before = [r for _t, r in _sliding(samples, at - 1.0, at)]
         rate_before = statistics.median(before) if before else float("nan")
