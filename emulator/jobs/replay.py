@@ -29,6 +29,10 @@ size is checked at every poll, and the log is cut back to the cap once the
 job's ranks are ended. When a job times out, or its ranks give up at their
 rendezvous, while a rank never reached its process group (it has no JSON
 lines file, see :mod:`emulator.jobs.worker`), that rank is the one named.
+
+With ``--wan-events`` / ``--capacity-events`` the network and the GPU pool
+change during the replay (:mod:`emulator.jobs.wanplay`, :mod:`emulator.jobs.changes`,
+docs/wan-events.md).
 """
 
 from __future__ import annotations
@@ -255,7 +259,9 @@ class Runner:
         imported; None starts each rank as a new process (``python -m emulator.jobs.worker``).
         ``first_port``: each job's rendezvous takes the next port from here (a later replay on the same
         network starts after the ports of the one before). ``wan_events``: put in force on the live
-        network at their (compressed, dilated) times, and planned on from then (emulator/jobs/wanplay.py)."""
+        network at their (compressed, dilated) times, and planned on from then (emulator/jobs/wanplay.py);
+        with ``capacity_events`` too, jobs left without a route or GPUs are stopped and placed again
+        (emulator/jobs/changes.py)."""
         self.topo, self.cfg, self.emu, self.out, self.log = topology, config, emu, Path(out_dir), log
         self.pool = pool
         self.rank_dir = self.out / "ranks"
