@@ -18,6 +18,7 @@ runs the routers' commands in parallel, each router's as ``tc -batch`` / ``ip -b
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import signal
 import time
 from collections.abc import Sequence
@@ -40,7 +41,7 @@ class LiveNetwork:
         base = topology or emu.topology
         self.state = NetworkState(base, base)
         self.down: frozenset = frozenset()
-        self._seq = 0
+        self._seq = itertools.count(1)  # control-file sequence numbers (next() is atomic)
         self.commands = 0  # run so far (tc, ip)
 
     def live_topology(self) -> Topology:
@@ -87,11 +88,11 @@ class LiveNetwork:
         daemon = emu.delay_daemons().get(change.router)
         if daemon is None or daemon.poll() is not None:
             raise EmulatorError(f"{change.router}: no delay daemon running to take the new delays")
-        self._seq += 1
+        seq = next(self._seq)  # routers run in parallel threads: one number each, taken once
         path = emu.delay_control(cluster)
-        write_control(str(path), self._seq, list(change.delays))
+        write_control(str(path), seq, list(change.delays))
         daemon.send_signal(signal.SIGHUP)
-        return change.router, path, self._seq
+        return change.router, path, seq
 
     @staticmethod
     def _ack(router: str, path, seq: int) -> float:
