@@ -65,9 +65,10 @@ class ReplayChanges:
         r._dirty = True
         for j in list(r.sched.running):
             routes = plan_routes(j.plan, applied.topology)
-            if crosses(routes, applied.down) is not None:
-                r.stop(j, restart_cost_s(j.job), why=f"its route crosses {'-'.join(crosses(routes, applied.down))}, "
-                                                     "which is down, with no way round")
+            dead = crosses(routes, applied.down)
+            if dead is not None:
+                r.stop(j, restart_cost_s(j.job), why=f"its route crosses {'-'.join(dead)}, which is down, "
+                                                     "with no way round")
                 continue
             if went_down and any(key in went_down for route in j.routes for key in route):
                 j.rerouted += 1

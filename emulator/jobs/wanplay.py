@@ -10,8 +10,8 @@ applied (:meth:`WanPlayer.take`) and re-plans on the new network.
 
 Each applied batch is recorded for ``result.json``'s ``wan_events``: ``time_s``
 (when it was due) and ``applied_s`` (when it was in force on the wire), both
-wall seconds since the network came up, as issue 19 asks; and ``t`` /
-``in_force_t``, the same on the replay's real-equivalent clock (wall / K
+wall seconds since the network came up, as issue 19 asks; and
+``in_force_t``, the latter on the replay's real-equivalent clock (wall / K
 since the replay started), which the per-job split before / after uses.
 """
 
@@ -34,8 +34,7 @@ class Applied:
     events: tuple[WanEvent, ...]
     due_wall_s: float  # since the network came up
     applied_wall_s: float
-    due_t: float  # the replay's clock (real-equivalent s since it started)
-    in_force_t: float
+    in_force_t: float  # the replay's clock (real-equivalent s since it started)
     topology: object  # the routing topology from then on (spiderflow Topology)
     down: frozenset
 
@@ -90,7 +89,7 @@ class WanPlayer:
                     return
                 at = self.live.apply(batch)
                 rec = Applied(index=i, events=batch, due_wall_s=due - up_at, applied_wall_s=at - up_at,
-                              due_t=(due - self._t0) / self.k, in_force_t=(at - self._t0) / self.k,
+                              in_force_t=(at - self._t0) / self.k,
                               topology=self.live.routing_topology(), down=self.live.down)
                 self.applied.append(rec)
                 self._queue.put(rec)

@@ -44,6 +44,11 @@ class RouterChange:
         return bool(self.commands or self.delays)
 
 
+def _delay_of(shape: Shape) -> tuple[float, float, float]:
+    """What the delay stage (netem or the daemon) applies: delay, jitter, loss."""
+    return shape.delay_ms, shape.jitter_ms, shape.loss_pct
+
+
 def shape_change_commands(dev: str, old: Shape, new: Shape, *, netem: bool) -> list[list[str]]:
     """Commands that take ``dev``'s egress from ``old`` to ``new`` (rate and buffer; the delay too
     with netem). Nothing when only the delay changed and the daemon carries it."""
@@ -51,7 +56,7 @@ def shape_change_commands(dev: str, old: Shape, new: Shape, *, netem: bool) -> l
     if new.wire_mbps != old.wire_mbps:
         cmds.append(htb_class_command(dev, new, "change"))
     leaf = ["tc", "qdisc", "change", "dev", dev, "parent", "1:1", "handle", "10:"]
-    delayed = (old.delay_ms, old.jitter_ms, old.loss_pct) != (new.delay_ms, new.jitter_ms, new.loss_pct)
+    delayed = _delay_of(old) != _delay_of(new)
     if new.queue_bytes != old.queue_bytes or (netem and (delayed or new.wire_mbps != old.wire_mbps)):
         if netem and delays(old) != delays(new):  # a netem leaf for a bfifo one or back: replace it
             leaf[2] = "replace"
@@ -94,26 +99,26 @@ def plan_changes(old: NetPlan, new: NetPlan, *, netem: bool,
         first: list[list[str]] = []
         cmds: list[list[str]] = []
         delays: list[QueueSpec] = []
+        came_up: set[str] = set()  # devices of links that are up again
         for p_old, p_new in zip(r_old.wan, r_new.wan, strict=True):
-            key = tuple(sorted((c_new.name, p_new.peer)))
+            key = tuple(sorted((c_new.name, p_new.peer)))  # Link.key: orientation-free
             if key in down and key not in was_down:
                 first.append(["ip", "link", "set", "dev", p_new.dev, "down"])
             elif key in was_down and key not in down:
                 first.append(["ip", "link", "set", "dev", p_new.dev, "up"])
+                came_up.add(p_new.dev)
             cmds += shape_change_commands(p_new.dev, p_old.shape, p_new.shape, netem=netem)
-            s_old, s_new = p_old.shape, p_new.shape
-            if not netem and (s_old.delay_ms, s_old.jitter_ms, s_old.loss_pct) != (
-                    s_new.delay_ms, s_new.jitter_ms, s_new.loss_pct):
+            if not netem and _delay_of(p_old.shape) != _delay_of(p_new.shape):
+                s_new = p_new.shape
                 delays.append(QueueSpec(num=p_new.queue, delay_ms=s_new.delay_ms, jitter_ms=s_new.jitter_ms,
                                         loss_pct=s_new.loss_pct))
         routes = route_change_commands(r_old, r_new)
         # the kernel flushed the routes over a link when it went down: one that comes back up
         # gets every route the new plan sends over it, changed or not
-        for port in r_new.wan:
-            key = tuple(sorted((c_new.name, port.peer)))
-            if key in was_down and key not in down:
-                routes += [route_command(r, "replace") for r in r_new.routes
-                           if r.dev == port.dev and route_command(r, "replace") not in routes]
+        for r in r_new.routes:
+            cmd = route_command(r, "replace")
+            if r.dev in came_up and cmd not in routes:
+                routes.append(cmd)
         cmds = first + cmds + routes
         change = RouterChange(r_new.name, tuple(tuple(c) for c in cmds), tuple(delays))
         if change:

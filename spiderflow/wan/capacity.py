@@ -25,7 +25,7 @@ from pathlib import Path
 from spiderflow.errors import ConfigError
 from spiderflow.topology import Topology
 from spiderflow.traces.common import RowError, int_field, shown
-from spiderflow.wan.rows import fail, in_order, number, rows
+from spiderflow.wan.rows import fail, number, rows, timed
 
 COLUMNS = ("time_s", "cluster", "gpus", "notice_s", "return_s")
 
@@ -50,11 +50,7 @@ def load_capacity_events(path: str | Path, topology: Topology) -> tuple[Capacity
     """Read and check a capacity events file against ``topology`` (module docstring)."""
     source, records = rows(path, what="capacity events file", columns=COLUMNS)
     events: list[CapacityEvent] = []
-    last = None
-    for line, row in records:
-        time_s = number(source, line, row, "time_s", fix="give seconds on the trace's clock")
-        in_order(source, line, time_s, last, row["time_s"])
-        last = (time_s, line)
+    for line, row, time_s in timed(source, records):
         name = row["cluster"]
         if name not in topology.names:
             raise fail(source, line, "cluster", f"names no cluster of {topology.name} (got {shown(name)}); "

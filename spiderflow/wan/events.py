@@ -28,7 +28,7 @@ from spiderflow.errors import ConfigError
 from spiderflow.topology import Topology
 from spiderflow.topology.load import MAX_BANDWIDTH_GBPS, MAX_LATENCY_MS
 from spiderflow.traces.common import shown
-from spiderflow.wan.rows import fail, in_order, number, rows
+from spiderflow.wan.rows import fail, number, rows, timed
 
 COLUMNS = ("time_s", "link", "bandwidth_gbps", "latency_ms", "up")
 
@@ -79,11 +79,7 @@ def load_wan_events(path: str | Path, topology: Topology) -> tuple[WanEvent, ...
     """Read and check a WAN events file against ``topology`` (module docstring)."""
     source, records = rows(path, what="WAN events file", columns=COLUMNS)
     events: list[WanEvent] = []
-    last = None
-    for line, row in records:
-        time_s = number(source, line, row, "time_s", fix="give seconds on the trace's clock")
-        in_order(source, line, time_s, last, row["time_s"])
-        last = (time_s, line)
+    for line, row, time_s in timed(source, records):
         link = resolve_link(row["link"], topology)
         if isinstance(link, str):
             raise fail(source, line, "link", link)

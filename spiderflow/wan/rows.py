@@ -57,8 +57,14 @@ def number(source: str, line: int, row: dict, name: str, *, fix: str, low: float
     return value
 
 
-def in_order(source: str, line: int, time_s: float, last: tuple[float, int] | None, raw: str) -> None:
-    """Rows must come sorted by ``time_s`` (equal times keep the file's order)."""
-    if last is not None and time_s < last[0]:
-        raise fail(source, line, "time_s", f"must not go back in time: row {last[1]} is at {last[0]:g} s "
-                   f"(got {shown(raw)}); sort the rows by time_s")
+def timed(source: str, records: Iterator[tuple[int, dict]]) -> Iterator[tuple[int, dict, float]]:
+    """``(line, row, time_s)``: each row's ``time_s`` checked, and the rows sorted by it (equal times
+    keep the file's order; a row earlier than the one above it is refused, not re-sorted)."""
+    last = None
+    for line, row in records:
+        time_s = number(source, line, row, "time_s", fix="give seconds on the trace's clock")
+        if last is not None and time_s < last[0]:
+            raise fail(source, line, "time_s", f"must not go back in time: row {last[1]} is at {last[0]:g} s "
+                       f"(got {shown(row['time_s'])}); sort the rows by time_s")
+        last = (time_s, line)
+        yield line, row, time_s
