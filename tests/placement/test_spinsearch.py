@@ -1,11 +1,15 @@
 """SpinSearch on tiny topologies: near the brute-force optimum, deterministic, load-aware."""
 
+from pathlib import Path
+
 import pytest
 
 from spiderflow.costmodel import predict
 from spiderflow.errors import InfeasiblePlan
+from spiderflow.parallel.tpa import plan_placement
 from spiderflow.placement import run_planner
-from spiderflow.placement.spinsearch import place
+from spiderflow.placement.spinsearch import _greedy_orders, _order, place
+from spiderflow.topology import load_topology
 
 from .conftest import CASES, LINE, brute_force, job, request
 
@@ -52,3 +56,22 @@ def test_spinsearch_infeasible_names_what_is_short():
         request(LINE, job("gpt3-1.3b", 999))
     with pytest.raises(InfeasiblePlan, match="memory"):
         place(request(LINE, job("gpt3-175b", 8)))
+
+
+def test_spinsearch_tries_other_orders_of_the_set_it_chose():
+    """A 128-GPU llama2-13b pretraining job fills all of paper8: every chain's thinnest boundary is
+    oregon-tokyo, and the order that maximises it cuts into pipeline replicas of unequal GPUs (a
+    sync of 4 replicas over the WAN). The plan SpinSearch returns must be no slower than TPA's plan
+    on any of the set's widest-neighbour orders, and faster than on the thinnest-boundary order."""
+    t = load_topology(Path(__file__).resolve().parents[2] / "topologies" / "paper8.yaml")
+    req = request(t, job("llama2-13b", 128, batch=1024, seq=4096))
+    view = req.topology_view()
+    free = req.free_gpus
+
+    def tpa(order):
+        return predict(plan_placement(req.job, [(c, free[c]) for c in order], view), view).iteration_s
+
+    got = predict(place(req).plan, view).iteration_s
+    names = sorted(free)
+    assert got < tpa(_order(names, view)) * 0.95
+    assert got <= min(tpa(o) for o in _greedy_orders(names, view)) * (1 + 0.02)
