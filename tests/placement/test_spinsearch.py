@@ -11,7 +11,7 @@ from spiderflow.placement import run_planner
 from spiderflow.placement.spinsearch import _greedy_orders, _order, place
 from spiderflow.topology import load_topology
 
-from .conftest import CASES, LINE, brute_force, job, request
+from .conftest import CASES, LINE, brute_force, job, request, topo
 
 # Measured: 0.0% (line), 1.34% (ring4), 0.71% (tri), 0.42% and 0.0% (loaded line) above the optimum; the bound
 # leaves room for SpinSearch's heuristic ranking (proxy + estimate, not exhaustive).
@@ -75,3 +75,19 @@ def test_spinsearch_tries_other_orders_of_the_set_it_chose():
     names = sorted(free)
     assert got < tpa(_order(names, view)) * 0.95
     assert got <= min(tpa(o) for o in _greedy_orders(names, view)) * (1 + 0.02)
+
+
+def test_look_alike_clusters_do_not_crowd_out_a_better_one():
+    """Five clusters of equal peak: three a100-40gb (named first) and two a100-80gb. An 8-GPU
+    gpt3-13b job plans faster on the 80 GB GPUs (room for ZeRO-1 with TP 2); the proxy ranks all
+    five alike, so the three 40 GB look-alikes must count as one finalist, not three."""
+    names = {"a": "a100-40gb", "b": "a100-40gb", "c": "a100-40gb", "d": "a100-80gb", "e": "a100-80gb"}
+    t = topo({n: (g, 1) for n, g in names.items()},
+             [(x, y, 1.0, 10.0) for x, y in zip("abcd", "bcde")])
+    req = request(t, job("gpt3-13b", 8, batch=512))
+    view = req.topology_view()
+    alone = {n: predict(plan_placement(req.job, [(n, 8)], view), view).iteration_s for n in names}
+    assert alone["d"] < alone["a"] * 0.95  # the case is what it says
+    got = place(req)
+    assert predict(got.plan, view).iteration_s <= min(alone.values()) * (1 + 1e-9)
+    assert got.segments == (("d", 8),)
