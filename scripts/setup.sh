@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$ROOT/.venv"
 PY=${SPIDERFLOW_PYTHON:-python3}
-APT_PKGS=(mininet iproute2 iptables iperf3 bridge-utils libnetfilter-queue-dev
+APT_PKGS=(mininet iproute2 iptables iperf3 bridge-utils libnetfilter-queue-dev openssh-server
           build-essential python3-venv procps git)
 
 log() { printf '[setup] %s\n' "$*" >&2; }

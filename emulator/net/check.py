@@ -25,7 +25,7 @@ from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, problems
 from spiderflow.errors import ConfigError
 from spiderflow.wan.events import resolve_link
 from spiderflow.cliutil import dumps, float_in, int_in
-from spiderflow.topology import load_topology
+from emulator.net.servers import add_server_arguments, load_topology_with_servers, server_set
 
 HELP = "build the emulated network, measure every link's bandwidth and delay, tear down"
 DEFAULT_TOPOLOGY = "topologies/default.yaml"
@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(emulator/net/step.py)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--trace", action="store_true", help="log every configuration command")
+    add_server_arguments(parser)
+    parser.add_argument("--no-overhead", action="store_true",
+                        help="with --servers: skip measuring the SSH tunnel's own overhead")
 
 
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +104,12 @@ def real_equivalent(r: Result, k: float) -> Result:
 
 
 def main(args: argparse.Namespace) -> int:
-    topo = load_topology(resolve_topology(args.topology))  # bad files fail here, before root
+    servers = server_set(args)  # bad --servers fail here, before root
+    topo, pins = load_topology_with_servers(resolve_topology(args.topology))  # bad files fail here, too
+    if servers is not None and len(servers.names) > 1:
+        from emulator.net.multihost_check import main_multihost  # Mininet's cluster mode only when asked
+
+        return main_multihost(args, topo, pins, servers)
     step_link = None
     if args.step:
         step_link = resolve_link(args.step, topo)

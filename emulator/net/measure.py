@@ -186,7 +186,11 @@ def measure_delays(emu, pairs: list[Target], *, count: int = 20, interval_s: flo
         rep = json.loads(stdout)
         if len(rep["forward_ms"]) < count // 2:
             raise EmulatorError(f"{t.src} -> {t.dst}: {rep['lost']} of {count} delay probes lost")
-        out[(t.src, t.dst)] = (statistics.median(rep["forward_ms"]), statistics.median(rep["reverse_ms"]))
+        # on several servers the two ends stamp with different clocks: put the far one on the near one's
+        # (emulator.net.multihost; 0 on one machine, where every namespace shares CLOCK_MONOTONIC)
+        skew_ms = emu.clock_offset_ms(t.src, t.dst) if hasattr(emu, "clock_offset_ms") else 0.0
+        out[(t.src, t.dst)] = (statistics.median(rep["forward_ms"]) - skew_ms,
+                               statistics.median(rep["reverse_ms"]) + skew_ms)
     for proc in echoes.values():
         proc.terminate()
         proc.wait(timeout=5)
@@ -232,7 +236,10 @@ def measure_throughputs(emu, flows: list[Target], *, seconds: float, omit_s: flo
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         servers.append((t, port, proc))
     for t, port, proc in servers:
-        _wait_listening(proc, int(port), 10.0, f"{t.dst}: iperf3 server on port {port}")
+        if hasattr(emu, "wait_listening"):  # a host on another server (emulator.net.multihost)
+            emu.wait_listening(t.dst, proc, int(port), 10.0, f"{t.dst}: iperf3 server on port {port}")
+        else:
+            _wait_listening(proc, int(port), 10.0, f"{t.dst}: iperf3 server on port {port}")
     clients = [(t, w, emu.popen(t.src, ["iperf3", "-c", t.dst_ip, "-p", port, "-t", f"{w + seconds:g}",
                                         "-J", "--get-server-output"], role="iperf3",
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE))

@@ -1,0 +1,240 @@
+"""Multi-server emulation (issue 20), the pure parts: --servers, cluster assignment, the
+topology's ``server:`` keys, SSH command lines, clock-offset arithmetic, the summary of
+cross-server vs local links. Fixtures small enough to check by hand; no root, no network."""
+
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from emulator.net.localserver import LocalServer, ssh_client_config, sshd_config
+from emulator.net.measure import Result, Target
+from emulator.net.multihost import check_assignment, crossing_links
+from emulator.net.multihost_check import summarize, target_problems
+from emulator.net.servers import ClockSample, Ssh, assign_clusters, load_topology_with_servers, \
+    offset_from_samples, one_way_ms, parse_servers, remote_command
+from spiderflow.errors import ConfigError, EmulatorError
+from spiderflow.topology import load_topology
+
+from .conftest import REPO
+
+DEFAULT = ("oregon", "virginia", "london", "tokyo")
+
+
+# ------------------------------------------------------------------------------------ --servers
+def test_parse_servers_keeps_order_and_strips():
+    assert parse_servers("localhost, gpu2 ,root@10.0.0.3") == ("localhost", "gpu2", "root@10.0.0.3")
+    assert parse_servers(None) == ()
+
+
+@pytest.mark.parametrize("text, what", [
+    ("", "empty server name"), ("a,,b", "empty server name"), ("a,", "empty server name"),
+    ("a,a", "named twice"), ("a,-oProxyCommand=x", "not a host name"), ("a,b c", "not a host name"),
+    ("a,$(reboot)", "not a host name"), ("gpu1,localhost", "names this machine"),
+    ("gpu1,root@127.0.0.1", "names this machine"),
+])
+def test_parse_servers_rejects_with_one_line_naming_flag_and_fix(text, what):
+    with pytest.raises(ConfigError) as err:
+        parse_servers(text)
+    msg = str(err.value)
+    assert msg.startswith("--servers:") and what in msg and "HOST[,HOST...]" in msg and "\n" not in msg
+
+
+def test_cli_bad_servers_exits_2_with_one_line():
+    done = subprocess.run([sys.executable, "-m", "emulator", "check", "--servers", "localhost,,gpu2"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --servers:"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_bad_tunnel_exits_2_with_one_line():
+    done = subprocess.run([sys.executable, "-m", "emulator", "check", "--servers", "localhost,gpu2",
+                           "--tunnel", "gre"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2 and "--tunnel" in done.stderr and "vxlan" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_cli_missing_ssh_config_exits_2():
+    done = subprocess.run([sys.executable, "-m", "emulator", "check", "--servers", "localhost,gpu2",
+                           "--ssh-config", "/nonexistent/ssh_config"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error: --ssh-config: no such file"), done.stderr
+
+
+# ----------------------------------------------------------------------------------- assignment
+def test_default_rule_is_contiguous_balanced_blocks():
+    assert assign_clusters(DEFAULT, ("a", "b")) == {"oregon": "a", "virginia": "a", "london": "b", "tokyo": "b"}
+    assert assign_clusters(DEFAULT, ("a", "b", "c")) == {"oregon": "a", "virginia": "a", "london": "b", "tokyo": "c"}
+    assert assign_clusters(DEFAULT, ("a",)) == dict.fromkeys(DEFAULT, "a")
+    # more servers than clusters: one each, the last servers empty
+    assert assign_clusters(("x", "y"), ("a", "b", "c")) == {"x": "a", "y": "b"}
+
+
+def test_rule_balances_ranks_not_clusters():
+    # 8 + 1 + 1 + 1 + 1 ranks over two servers: the big cluster alone fills the first
+    weights = {"oregon": 8, "virginia": 1, "london": 1, "tokyo": 1}
+    got = assign_clusters(DEFAULT, ("a", "b"), weights=weights)
+    assert got == {"oregon": "a", "virginia": "b", "london": "b", "tokyo": "b"}
+
+
+def test_pins_win_and_count_towards_the_balance():
+    got = assign_clusters(DEFAULT, ("a", "b"), pins={"tokyo": "a"})
+    assert got["tokyo"] == "a"
+    assert sorted(got.values()).count("a") == 2  # tokyo pinned + oregon
+    assert got == {"oregon": "a", "virginia": "b", "london": "b", "tokyo": "a"}
+
+
+def test_pin_to_unknown_server_names_file_field_and_fix():
+    with pytest.raises(ConfigError) as err:
+        assign_clusters(DEFAULT, ("a", "b"), pins={"london": "gpu9"}, source="topo.yaml")
+    msg = str(err.value)
+    assert msg == ("topo.yaml: clusters[2].server 'gpu9' is not one of --servers (a, b); "
+                   "add it to --servers or remove the key")
+
+
+def test_assignment_is_deterministic():
+    assert all(assign_clusters(DEFAULT, ("a", "b", "c")) == assign_clusters(DEFAULT, ("a", "b", "c"))
+               for _ in range(5))
+
+
+def test_crossing_links_and_unsupported_tunnels():
+    topo = load_topology(REPO / "topologies/default.yaml")
+    two = assign_clusters(topo.names, ("a", "b"))
+    assert sorted(crossing_links(topo, two)) == [("oregon", "tokyo"), ("virginia", "london")]
+    check_assignment(topo, two, "a")
+    # london-tokyo would join servers b and c, neither of them the first
+    three = {"oregon": "a", "virginia": "a", "london": "b", "tokyo": "c"}
+    with pytest.raises(EmulatorError, match="must have the first server"):
+        check_assignment(topo, three, "a")
+
+
+# --------------------------------------------------------------------- topology `server:` keys
+def test_topology_server_keys_are_read_and_removed(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\nclusters:\n"
+                    "  - {name: east, gpu: a100-80gb, nodes: 1, gpus_per_node: 8, server: gpu2}\n"
+                    "  - {name: west, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}\n"
+                    "links:\n  - {a: east, b: west, bandwidth_gbps: 1, latency_ms: 5}\n")
+    topo, pins = load_topology_with_servers(path)
+    assert topo.names == ("east", "west") and pins == {"east": "gpu2"}
+    # and the planner's own loader still refuses the key (the planner knows nothing of servers)
+    with pytest.raises(ConfigError, match="server is not a known key"):
+        load_topology(path)
+
+
+def test_topology_bad_server_value(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\nclusters:\n"
+                    "  - {name: east, gpu: a100-80gb, nodes: 1, gpus_per_node: 8, server: 3}\n"
+                    "links: []\n")
+    with pytest.raises(ConfigError) as err:
+        load_topology_with_servers(path)
+    assert f"{path}: clusters[0].server must be a host name" in str(err.value)
+
+
+def test_topology_without_server_keys_is_what_the_planner_loads():
+    topo, pins = load_topology_with_servers(REPO / "topologies/default.yaml")
+    assert pins == {} and topo == load_topology(REPO / "topologies/default.yaml")
+
+
+# ----------------------------------------------------------------------------------------- ssh
+def test_ssh_argv_batchmode_timeout_key_config_and_master():
+    ssh = Ssh(config="/c/ssh_config", key="/c/id", connect_timeout_s=7, control_dir="/run/x")
+    argv = ssh.argv("gpu2")
+    assert argv[0] == "ssh" and argv[-1] == "gpu2" and "-T" in argv
+    text = " ".join(argv)
+    for part in ("-o BatchMode=yes", "-o ConnectTimeout=7", "-F /c/ssh_config", "-i /c/id",
+                 "-o ControlPath=/run/x/cm-gpu2", "-o ControlMaster=no"):
+        assert part in text
+    tunnel = " ".join(ssh.argv("root@gpu2", mux=False, options=("-w", "9:9")))
+    assert "ControlPath=none" in tunnel and "-w 9:9" in tunnel
+    master = ssh.master_argv("root@gpu2")
+    assert "-M" in master and "-N" in master and "ControlPath=/run/x/cm-root_gpu2" in " ".join(master)
+    assert master.index("ControlPath=/run/x/cm-root_gpu2") < len(master) - 1
+    assert "-tt" in Ssh().argv("h", tty=True)
+
+
+def test_remote_command_quotes_so_the_remote_shell_sees_the_argv():
+    argv = ["mnexec", "-cn", "env", "PS1=\x7f", "bash", "-is", "mininet:a b"]
+    cmd = remote_command(argv, env={"SPIDERFLOW_EMULATION": "1-x@gpu2"}, cwd="/work/my repo")
+    assert shlex.split(cmd) == ["env", "--chdir=/work/my repo", "SPIDERFLOW_EMULATION=1-x@gpu2", *argv]
+    assert shlex.split(remote_command(["echo", "$(reboot)"])) == ["echo", "$(reboot)"]
+
+
+# -------------------------------------------------------------------------------------- clocks
+def test_offset_takes_the_least_round_trip_sample():
+    # server clock = ours + 1000 ns. Sample 1: symmetric 200 ns each way. Sample 2: 50 ns out, 5 us back
+    # (asymmetric, long round trip): ignored.
+    samples = [ClockSample(t0=10_000, t1=10_000 + 200 + 1000, t3=10_400),
+               ClockSample(t0=20_000, t1=20_000 + 50 + 1000, t3=20_000 + 50 + 5000)]
+    got = offset_from_samples(samples)
+    assert got.monotonic_ns == 1000 and got.rtt_ns == 400 and got.error_ns == 200 and got.samples == 2
+
+
+def test_offset_negative_and_wall_clock():
+    s = ClockSample(t0=0, t1=-5_000_000 + 100, t3=200, r0=10**18, r1=10**18 + 3_000_100, r3=10**18 + 200)
+    got = offset_from_samples([s])
+    assert got.monotonic_ns == -5_000_000 and got.realtime_ns == 3_000_000
+    assert got.as_json()["monotonic_offset_ms"] == -5.0
+
+
+def test_offset_needs_a_usable_sample():
+    with pytest.raises(EmulatorError):
+        offset_from_samples([ClockSample(t0=10, t1=5, t3=5)])
+
+
+def test_one_way_delay_on_one_clock():
+    # sent at 1 s on our clock; stamped 1.020 s + 7 ms offset on the server's: 20 ms one way
+    assert one_way_ms(1_000_000_000, 1_027_000_000, 7_000_000) == pytest.approx(20.0)
+
+
+# ---------------------------------------------------------------------------- check's summary
+def _result(a, b, mbps, delay, conf_mbps=100.0, conf_delay=20.0):
+    t = Target(a=a, b=b, src=f"{a}-h0", dst=f"{b}-h0", src_ip="", dst_ip="", kind="wan",
+               configured_mbps=conf_mbps, configured_delay_ms=conf_delay, mechanism="htb+nfqueue")
+    return Result(target=t, measured_mbps=mbps, measured_delay_ms=delay)
+
+
+def test_summary_splits_cross_server_from_local_and_applies_issue_targets():
+    assignment = {"x": "s1", "y": "s1", "z": "s2"}
+    results = [_result("x", "y", 99.0, 20.3), _result("y", "z", 97.5, 20.9), _result("z", "y", 96.9, 20.1)]
+    got = summarize(results, assignment)
+    assert got["local"]["directions"] == 1 and got["local"]["meets_targets"]
+    cross = got["cross-server"]
+    assert cross["directions"] == 2 and cross["bandwidth_min_pct"] == 96.9 and not cross["meets_targets"]
+    assert list(cross["misses"]) == ["z->y"]
+    assert target_problems(_result("a", "b", 100.0, 21.2)) == ["delay off by +1.20 ms"]
+    assert target_problems(_result("a", "b", 97.0, 19.0)) == []
+
+
+# ------------------------------------------------------------------------------- local server
+def test_local_server_configs(tmp_path):
+    srv = LocalServer(name="sf-t", dir=tmp_path, subnet="192.168.77")
+    conf = sshd_config(srv)
+    for line in ("ListenAddress 192.168.77.2", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+                 "PermitTunnel ethernet", f"AuthorizedKeysFile {tmp_path}/authorized_keys",
+                 f"HostKey {tmp_path}/host_ed25519", "UsePAM no"):
+        assert line in conf.splitlines()
+    client = ssh_client_config(srv)
+    assert "Host sf-t" in client and "HostName 192.168.77.2" in client and "StrictHostKeyChecking yes" in client
+
+
+def test_remote_shell_that_never_starts_fails_in_time(monkeypatch):
+    """Mininet waits for a shell's prompt for ever; ours gives up after SHELL_TIMEOUT_S with one line."""
+    import time
+
+    from mininet.net import Mininet
+
+    import emulator.net.remote as remote
+
+    monkeypatch.setattr(remote, "SHELL_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(Mininet, "inited", True)
+    net = Mininet(topo=None, build=False, controller=None)
+    t0 = time.monotonic()
+    with pytest.raises(EmulatorError, match="did not start within 2 s over ssh"):
+        net.addHost("x1", cls=remote.ServerHost, ip=None, dest="nosuch.invalid", ssh=Ssh(connect_timeout_s=1),
+                    marker="t@x", serverIP="192.0.2.99")
+    assert time.monotonic() - t0 < 10
