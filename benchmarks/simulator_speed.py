@@ -29,18 +29,19 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--clusters", type=int, default=64)
     ap.add_argument("--planner", default="spinsearch")
+    ap.add_argument("--no-wait", action="store_true", help="SpinSearch without its admission (starts every job at once)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     topo = generate_topology(args.clusters, 0)
     jobs = generate_trace(args.jobs, 0)
     load0 = os.getloadavg()[0]
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    records = simulate(topo, jobs, SimConfig(planner=args.planner))
+    records = simulate(topo, jobs, SimConfig(planner=args.planner, wait=not args.no_wait))
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     s = summarise(records, topo.total_gpus)
     text = (f"# Simulator speed\n\n{dt.date.today()}, {machine()}; load average at start {load0:.2f}.\n\n"
             f"Command: `.venv/bin/python benchmarks/simulator_speed.py --jobs {args.jobs} "
-            f"--clusters {args.clusters} --planner {args.planner}`\n\n"
+            f"--clusters {args.clusters} --planner {args.planner}{' --no-wait' if args.no_wait else ''}`\n\n"
             f"| jobs | clusters | GPUs | planner | wall (s) | CPU (s) | planner time (s) | completed | rejected |\n"
             f"|---:|---:|---:|---|---:|---:|---:|---:|---:|\n"
             f"| {args.jobs} | {args.clusters} | {topo.total_gpus} | {args.planner} | {wall:.1f} | {cpu:.1f} | "

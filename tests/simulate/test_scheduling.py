@@ -202,3 +202,26 @@ def test_a_waiting_job_keeps_the_end_it_waits_for_when_shorter_jobs_pass_it():
     assert [r.status for r in small] == ["running"] * 4 and sched.free["c"] == 0
     sched.schedule([long], now=0.2)
     assert long.status == "queued" and long.admission.startswith("waits for j0"), long.admission
+
+
+def test_a_waiting_job_is_not_planned_again_until_what_it_waits_for_happens():
+    """long waits for short's end on a. Passes in between (arrivals) leave its decision and its
+    reservation standing without planning it again; once short ends it decides afresh and starts on a.
+    Re-planning every waiting job at every event made the simulator quadratic on deep queues."""
+    topo = fast_and_slow()
+    sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+    short, long, greedy = _records([job(0, 4, iterations=3), job(1, 8, iterations=400), job(2, 4, iterations=400)])
+    sched.schedule([short], now=0.0)
+    short.expected_end_s = 1.0
+    sched.schedule([long], now=0.1)
+    assert long.status == "queued" and long.waits_for == ("j0",) and long.reservation.gpus == {"a": 8}
+    spent = long.overhead_s
+    sched.schedule([long, greedy], now=0.2)  # an arrival: long keeps waiting, unplanned
+    assert long.overhead_s == spent and long.status == "queued" and long.reservation is not None
+    assert greedy.status == "queued" or "a" not in greedy.placement  # the standing reservation still holds a
+    if greedy.status == "running":
+        sched.release(greedy)
+    sched.release(short)  # what long waits for happened
+    sched.schedule([long], now=1.0)
+    assert long.overhead_s > spent and long.status == "running" and long.placement == {"a": 8}
+    assert long.reservation is None
