@@ -42,7 +42,8 @@ share and the load running jobs put on each link (``req.topology_view()``).
 Complexity: O(s * k * d) path look-ups for s seeds, sets of k clusters and
 degree d (routes come from Dijkstra per source, cached in the Topology across
 calls), O(k! k) ordering for k <= 6 and O(k^3) beyond, then a constant number
-of TPA calls and up to k more (step 5; most end at their first floor). Deterministic: ties break by cluster name; no randomness.
+of TPA calls and up to k more (step 5; most end at their first floor).
+Deterministic: ties break by cluster name; no randomness.
 """
 
 from __future__ import annotations
