@@ -170,7 +170,7 @@ class Emulation:
 
     def delay_control(self, cluster: str) -> Path:
         """The control file of ``cluster``'s delay daemon (``delayd --control``; live changes)."""
-        return self._run_dir / f"delayd-{cluster}.ctl"
+        return self._daemon_dir(self.plan.cluster(cluster).router.name) / f"delayd-{cluster}.ctl"
 
     def delay_daemons(self) -> dict[str, subprocess.Popen]:
         """Router name -> its delay daemon process (empty with netem)."""
@@ -276,6 +276,10 @@ class Emulation:
                                         "/etc/resolv.conf there")
                 self.executor.run_all(h.name, pid, cmd.local_resolver_commands(str(resolv)))
 
+    def _daemon_dir(self, router: str) -> Path:
+        """Where ``router``'s delay daemon keeps its statistics and control file (on its machine)."""
+        return self._run_dir
+
     def _start_delay_daemons(self) -> None:
         started = []
         for c in self.plan.clusters:
@@ -283,8 +287,9 @@ class Emulation:
                 continue
             specs = [QueueSpec(num=p.queue, delay_ms=p.shape.delay_ms, jitter_ms=p.shape.jitter_ms,
                                loss_pct=p.shape.loss_pct) for p in c.router.wan]
+            base = self._daemon_dir(c.router.name)
             argv = [sys.executable, "-m", "emulator.net.delayd", "--stats",
-                    str(self._run_dir / f"delayd-{c.name}.json"), "--control", str(self.delay_control(c.name))]
+                    str(base / f"delayd-{c.name}.json"), "--control", str(self.delay_control(c.name))]
             for spec in specs:
                 argv += ["--queue", spec.arg()]
             logfile = open(self._run_dir / f"{c.router.name}.log", "wb")

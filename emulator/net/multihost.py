@@ -55,8 +55,7 @@ from mininet.net import Mininet
 from emulator.net import linkcmds as cmd
 from emulator.net.agent import label_of, remote_state_dir
 from emulator.net.capability import choose_mechanism, kernel_has_netem
-from emulator.net.delayd import QueueSpec
-from emulator.net.emulation import DAEMON_READY_TIMEOUT_S, EmuHost, Emulation, _die_with, _readline_until
+from emulator.net.emulation import EmuHost, Emulation, _die_with, _readline_until
 from emulator.net.layout import NetConfig, wan_dev
 from emulator.net.measure import _wait_listening
 from emulator.net.remote import ClusterLink, RemotePopen, ServerHost
@@ -243,7 +242,7 @@ class ClusterEmulation(Emulation):
             self._remote_exec(server, batch)
         self.log(f"links shaped, routes set ({self.executor.count} commands, {time.monotonic() - t0:.1f} s)")
         if not netem:
-            self._start_cluster_daemons()
+            self._start_delay_daemons()
         self.build_s = time.monotonic() - t0
         self.up_at = time.monotonic()
         crossing = crossing_links(self.topology, self.assignment)
@@ -395,15 +394,21 @@ class ClusterEmulation(Emulation):
 
         self.executor.run("root namespace", None, add(local_ip, remote_ip))
         self._remote_exec(server, [("root namespace", None, add(remote_ip, local_ip))])
+        self._place_ends(server, dev, node1, node2, name1, name2, mac1, mac2)
+        self.tunnels.append({"a": node1.name, "b": node2.name, "server": server, "kind": "vxlan", "vni": int(vni),
+                             "local": local_ip, "remote": remote_ip})
+        return 1  # as RemoteGRELink: a kernel tunnel, no process
+
+    def _place_ends(self, server: str, dev: str, node1, node2, name1: str, name2: str,
+                    mac1: str | None, mac2: str | None) -> None:
+        """Move a tunnel's device ``dev`` (made in the root namespace here and on ``server``) into its
+        two routers, named ``name1`` / ``name2`` there, with their MAC addresses if given."""
         self.executor.run("root namespace", None, ["ip", "link", "set", dev, "netns", str(node1.pid)])
         self.executor.run(node1.name, node1.pid, ["ip", "link", "set", dev, "name", name1]
                           + (["address", mac1] if mac1 else []))
         self._remote_exec(server, [("root namespace", None, ["ip", "link", "set", dev, "netns", str(node2.pid)]),
                                    (node2.name, node2.pid, ["ip", "link", "set", dev, "name", name2]
                                     + (["address", mac2] if mac2 else []))])
-        self.tunnels.append({"a": node1.name, "b": node2.name, "server": server, "kind": "vxlan", "vni": int(vni),
-                             "local": local_ip, "remote": remote_ip})
-        return 1  # as RemoteGRELink: a kernel tunnel, no process
 
     def _make_ssh_tunnel(self, node1, node2, name1: str, name2: str, mac1: str | None, mac2: str | None):
         """An SSH Ethernet tunnel (the steps of Mininet's ``RemoteLink.makeTunnel``, each checked,
@@ -426,12 +431,7 @@ class ClusterEmulation(Emulation):
             why = (proc.stderr.read().decode(errors="replace").strip().splitlines() or ["no output"])[-1]
             raise EmulatorError(f"{node1.name}-{node2.name}: SSH tunnel to {server} did not come up ({why}); the "
                                 "server's sshd needs `PermitTunnel ethernet` (or yes) and /dev/net/tun")
-        self.executor.run("root namespace", None, ["ip", "link", "set", tap, "netns", str(node1.pid)])
-        self.executor.run(node1.name, node1.pid, ["ip", "link", "set", tap, "name", name1]
-                          + (["address", mac1] if mac1 else []))
-        self._remote_exec(server, [("root namespace", None, ["ip", "link", "set", tap, "netns", str(node2.pid)]),
-                                   (node2.name, node2.pid, ["ip", "link", "set", tap, "name", name2]
-                                    + (["address", mac2] if mac2 else []))])
+        self._place_ends(server, tap, node1, node2, name1, name2, mac1, mac2)
         self.tunnels.append({"a": node1.name, "b": node2.name, "server": server, "kind": "ssh", "tap": tap,
                              "pid": proc.pid})
         return proc
@@ -464,31 +464,11 @@ class ClusterEmulation(Emulation):
         for server, batch in batches.items():
             self._remote_exec(server, batch)
 
-    def _start_cluster_daemons(self) -> None:
-        """:meth:`Emulation._start_delay_daemons`, each daemon on its router's server."""
-        started = []
-        for c in self.plan.clusters:
-            if not c.router.wan:
-                continue
-            remote = self.is_remote(c.router.name)
-            base = Path(self._remote_dirs[self.server_of(c.router.name)]) if remote else self._run_dir
-            argv = [sys.executable, "-m", "emulator.net.delayd", "--stats", str(base / f"delayd-{c.name}.json"),
-                    "--control", str(base / f"delayd-{c.name}.ctl")]
-            for p in c.router.wan:
-                argv += ["--queue", QueueSpec(num=p.queue, delay_ms=p.shape.delay_ms, jitter_ms=p.shape.jitter_ms,
-                                              loss_pct=p.shape.loss_pct).arg()]
-            logfile = open(self._run_dir / f"{c.router.name}.log", "wb")
-            proc = self.popen(c.router.name, argv, role="delayd", stdout=subprocess.PIPE, stderr=logfile, cwd=str(REPO))
-            logfile.close()
-            started.append((c.router.name, proc))
-        deadline = time.monotonic() + DAEMON_READY_TIMEOUT_S
-        for name, proc in started:
-            line = _readline_until(proc, deadline)
-            if line.strip() != b"ready":
-                proc.poll()
-                raise EmulatorError(f"{name}: delay daemon did not start (exit {proc.returncode}): "
-                                    f"{self._daemon_log_tail(name)}")
-        self.log(f"{len(started)} delay daemons ready")
+    def _daemon_dir(self, router: str) -> Path:
+        """Each delay daemon keeps its files on its router's server."""
+        if self.is_remote(router):
+            return Path(self._remote_dirs[self.server_of(router)])
+        return super()._daemon_dir(router)
 
     def _inventory(self) -> dict:
         made = super()._inventory()

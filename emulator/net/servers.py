@@ -38,10 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spiderflow import shipped
 from spiderflow.errors import ConfigError, EmulatorError
-from spiderflow.inputs import load_yaml, read_text
 from spiderflow.topology import Topology, parse_topology
+from spiderflow.topology.load import read_topology_data
 
 REPO = Path(__file__).resolve().parents[2]
 # An SSH destination: [user@]host or an alias; no spaces, quotes or shell characters, no leading '-'.
@@ -133,13 +132,7 @@ def load_topology_with_servers(path: str | Path, *, routing: str | None = None) 
     The planner's schema has no ``server`` key (where a cluster is emulated is no concern of the
     planner), so it is taken out of each cluster here and the rest parsed by the planner's own
     loader, with its checks and messages."""
-    if isinstance(path, (str, Path)) and "\x00" not in str(path):
-        path = shipped.find(path, "topology")
-        if not shipped.exists(path):
-            raise ConfigError(f"{path}: no such topology file; give a path or a shipped name "
-                              f"({', '.join(shipped.names('topology'))})")
-    source = str(path)
-    data = load_yaml(read_text(path, what="topology file"), source)
+    data, source = read_topology_data(path)
     pins: dict[str, str] = {}
     if isinstance(data, dict) and isinstance(data.get("clusters"), list):
         clusters = []

@@ -101,14 +101,20 @@ def _short(value: Any, limit: int = 60) -> str:
 def load_topology(path: str | FsPath, *, routing: str | None = None) -> Topology:
     """Read ``path`` (or a shipped topology's name, see :mod:`spiderflow.shipped`); ``routing``
     overrides the file's routing rule."""
+    data, source = read_topology_data(path)
+    return parse_topology(data, source=source, routing=routing)
+
+
+def read_topology_data(path: str | FsPath) -> tuple[Any, str]:
+    """The parsed YAML of ``path`` (or a shipped topology's name) and its name for messages,
+    before any schema check (:func:`parse_topology` does those)."""
     if isinstance(path, (str, FsPath)) and "\x00" not in str(path):
         path = shipped.find(path, "topology")
         if not shipped.exists(path):
             raise ConfigError(f"{path}: no such topology file; give a path or a shipped name "
                               f"({', '.join(shipped.names('topology'))})")
     source = str(path)
-    data = load_yaml(read_text(path, what="topology file"), source)
-    return parse_topology(data, source=source, routing=routing)
+    return load_yaml(read_text(path, what="topology file"), source), source
 
 
 def parse_topology(data: Any, *, source: str = "<memory>", routing: str | None = None) -> Topology:
