@@ -29,7 +29,10 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
   predictions), at the next :data:`LOOKAHEAD` distinct end times (and at the
   end it chose to wait for before, while those jobs run), and waits
   when one of those finishes the job sooner by more than :data:`WAIT_MARGIN`
-  of its run time. A waiting job reserves the GPUs of that placement: a
+  of its run time. Its plan with the whole topology to itself (once per job and
+  topology) bounds what waiting can buy: a job already that fast now starts at
+  once, and the look-ahead stops at the first end from which even that plan
+  could not finish it sooner. A waiting job reserves the GPUs of that placement: a
   later job may start meanwhile (it does not block the queue) unless it would
   still hold GPUs the reservation needs at its time. A waiting job keeps its
   decision, unplanned, until what it waits for happens (one of those jobs
@@ -116,6 +119,7 @@ class JobRecord:
     admission: str = ""  # the last admission decision and why (SpinSearch with wait)
     waits_for: tuple[str, ...] = ()  # the running jobs whose ends it last chose to wait for (admission)
     reservation: _Reservation | None = None  # while it waits by choice: the GPUs it expects, and when
+    alone: tuple[Topology, float] | None = None  # (topology, its run time there with every GPU free): admission
 
     @property
     def completed(self) -> bool:
@@ -342,10 +346,31 @@ class Scheduler:
                 free[c] += g
         return free
 
+    def _alone_run_s(self, rec: JobRecord) -> float:
+        """Predicted run time of ``rec`` planned on the current topology with every GPU free and no
+        other job's traffic (once per job and topology; infinite when no plan fits)."""
+        if rec.alone is None or rec.alone[0] is not self.topo:
+            req = self._request(rec.job, {c.name: c.total_gpus for c in self.topo.clusters}, {})
+            try:
+                run_s = self._run_s(rec, self._place(rec, req), req)
+            except InfeasiblePlan:
+                run_s = float("inf")
+            rec.alone = (self.topo, run_s)
+        return rec.alone[1]
+
     def _waits(self, rec: JobRecord, placement: Placement, req: PlacementRequest, now: float) -> bool:
         """Admission: plan ``rec`` on what the next running jobs to end will leave free; wait (and
-        reserve) when that finishes it sooner (module docstring)."""
-        finish_now = now + self._run_s(rec, placement, req)
+        reserve) when that finishes it sooner (module docstring). A job whose plan now is as fast
+        as its plan with the whole topology to itself starts at once: waiting cannot finish it
+        sooner, so the look-ahead is skipped (on the 64-cluster synthetic trace, three decisions in
+        four, each saving up to four planner calls)."""
+        where = " ".join(f"{c}:{g}" for c, g in placement.segments)
+        run_now = self._run_s(rec, placement, req)
+        finish_now = now + run_now
+        if run_now <= self._alone_run_s(rec):
+            rec.admission = (f"started now on {where}: finishes at {finish_now:.6g} s, as soon as it could "
+                             "with the whole topology to itself")
+            return False
         ends = sorted({r.expected_end_s for r in self.running if r.expected_end_s is not None})
         candidates = ends[:LOOKAHEAD]
         # what it chose to wait for at an earlier decision stays a candidate while those jobs run, though
@@ -355,8 +380,11 @@ class Scheduler:
         if waited and max(waited) not in candidates:
             candidates.append(max(waited))
         best = None
-        for t in candidates:
+        alone = self._alone_run_s(rec)
+        for t in sorted(candidates):
             t = max(t, now)
+            if t + alone >= min(best[0] if best else finish_now, finish_now - WAIT_MARGIN * run_now):
+                break  # it cannot finish sooner than that from here on, even with the topology to itself
             gone = self._ending_by(t)
             staying = [r for r in self.running if r not in gone]
             later_req = self._request(rec.job, self._free_after(gone), link_load(staying))
@@ -374,7 +402,6 @@ class Scheduler:
             finish = t + self._run_s(rec, later, later_req)
             if best is None or finish < best[0]:
                 best = (finish, t, later, [r.job.job_id for r in gone])
-        where = " ".join(f"{c}:{g}" for c, g in placement.segments)
         if best is not None and best[0] < finish_now - WAIT_MARGIN * (finish_now - now):
             finish, t, later, names = best
             rec.admission = (f"waits for {', '.join(names)} to end (expected at {t:.6g} s): finishes at "

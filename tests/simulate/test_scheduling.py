@@ -225,3 +225,47 @@ def test_a_waiting_job_is_not_planned_again_until_what_it_waits_for_happens():
     sched.schedule([long], now=1.0)
     assert long.overhead_s > spent and long.status == "running" and long.placement == {"a": 8}
     assert long.reservation is None
+
+
+def _running(sched, topo, records, where, ends):
+    """Start ``records`` on the named cluster each (SpinSearch restricted to it), ending at ``ends``."""
+    from spiderflow.placement import PlacementRequest, spinsearch
+    for r, c, end in zip(records, where, ends):
+        req = PlacementRequest(job=r.job, topology=topo, free_gpus={c: sched.free[c]}, allowed=(c,))
+        sched._commit(r, spinsearch.place(req), {})
+        r.expected_end_s = end
+
+
+def _counting(sched):
+    """The free GPUs of every planner call the scheduler makes from now on (the real SpinSearch)."""
+    calls, real = [], sched._strategy
+    sched._strategy = lambda req: calls.append(dict(req.free_gpus)) or real(req)
+    return calls
+
+
+def test_a_job_as_fast_now_as_on_the_whole_topology_starts_without_looking_ahead():
+    """a has 4 fast GPUs free beside two running jobs, b runs a third: a 4-GPU job's plan now (a:4) is
+    its plan with every GPU free, so no end of a running job can finish it sooner. It is planned
+    now and once on the whole topology, not at each of the three ends."""
+    topo = fast_and_slow()
+    sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+    r1, r2, r3, new = _records([job(0, 2), job(1, 2), job(2, 4), job(3, 4, iterations=400)])
+    _running(sched, topo, [r1, r2, r3], "aab", [1.0, 2.0, 3.0])
+    calls = _counting(sched)
+    sched.schedule([new], now=0.1)
+    assert new.status == "running" and new.placement == {"a": 4}
+    assert "with the whole topology to itself" in new.admission
+    assert calls == [{"a": 4, "b": 4}, {"a": 8, "b": 8}]  # now, then alone; no look-ahead
+
+
+def test_the_look_ahead_stops_at_the_first_end_that_gives_the_job_its_best_plan():
+    """long (8 GPUs) waits for a's 8 fast GPUs at t = 1 (r1's end), where it gets its plan on the
+    whole topology: the later ends (jobs on b at 2 and 3) cannot finish it sooner, so they are not planned."""
+    topo = fast_and_slow()
+    sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+    r1, r2, r3, long = _records([job(0, 4), job(1, 2), job(2, 2), job(3, 8, iterations=400)])
+    _running(sched, topo, [r1, r2, r3], "abb", [1.0, 2.0, 3.0])
+    calls = _counting(sched)
+    sched.schedule([long], now=0.1)
+    assert long.status == "queued" and long.waits_for == ("j0",) and long.reservation.gpus == {"a": 8}
+    assert calls == [{"a": 4, "b": 4}, {"a": 8, "b": 8}, {"a": 8, "b": 4}]  # now, alone, at r1's end only
