@@ -269,3 +269,31 @@ def test_the_look_ahead_stops_at_the_first_end_that_gives_the_job_its_best_plan(
     sched.schedule([long], now=0.1)
     assert long.status == "queued" and long.waits_for == ("j0",) and long.reservation.gpus == {"a": 8}
     assert calls == [{"a": 4, "b": 4}, {"a": 8, "b": 8}, {"a": 8, "b": 4}]  # now, alone, at r1's end only
+
+
+def test_spinsearch_answers_are_reused_for_a_job_of_the_same_shape_in_the_same_state():
+    """Admission asks about the same states again and again: a job of the same shape asked about the
+    same free GPUs and load gets the plan SpinSearch gave the first, as its own (its job in the plan,
+    its id in a refusal), without a planner call; another state is planned afresh."""
+    topo = fast_and_slow()
+    sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+    calls = _counting(sched)
+    first, second, other = _records([job(0, 8), job(1, 8), job(2, 4)])
+    free = {"a": 8, "b": 8}
+    p1 = sched._place(first, sched._request(first.job, free, {}))
+    p2 = sched._place(second, sched._request(second.job, free, {}))
+    assert len(calls) == 1 and p2.segments == p1.segments and p2.plan.job is second.job
+    assert estimate(p2.plan, TopologyView(topology=topo)) == estimate(p1.plan, TopologyView(topology=topo))
+    sched._place(second, sched._request(second.job, {"a": 4, "b": 8}, {}))
+    sched._place(other, sched._request(other.job, free, {}))
+    assert len(calls) == 3  # another state, another shape
+    big = _records([job(3, 8, model="llama2-70b"), job(4, 8, model="llama2-70b")])
+    for rec in big:  # 70B parameters do not fit on 8 GPUs: the refusal names the job asked about
+        with pytest.raises(Exception, match=f"^{rec.job.job_id}: "):
+            sched._place(rec, sched._request(rec.job, free, {}))
+    assert len(calls) == 4
+    blind = Scheduler(topo, SchedulerConfig(planner="blind"))  # not deterministic: never reused
+    blind_calls = _counting(blind)
+    for rec in (first, second):
+        blind._place(rec, blind._request(rec.job, free, {}))
+    assert len(blind_calls) == 2
