@@ -7,6 +7,11 @@ emulated network (see docs/emulator-run.md). Progress goes to stderr; the
 per-job table (or ``--json``) to stdout. Results are written to ``--out``:
 ``config.json`` first, the ranks' JSON lines as they happen (``ranks/``),
 ``jobs.csv`` and ``summary.md`` at the end, also after Ctrl-C or an error.
+
+``--servers localhost,HOST...`` splits the clusters over several machines
+(:class:`~emulator.net.multihost.ClusterEmulation`, docs/multihost.md): ranks
+start from a rank pool on their host's server (:mod:`emulator.jobs.remotepool`)
+and their files come back to ``--out`` here when their job ends.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from pathlib import Path
 
 from emulator.net.capability import require_root
 from emulator.net.check import add_network_arguments, network_config, resolve_topology
+from emulator.net.servers import ServerSet, add_server_arguments, assign_clusters, load_topology_with_servers, \
+    server_set
 from emulator.jobs.compute import COMPUTE_MODES
 from emulator.jobs.dilation import Choice, choose_dilation, measure_op_overhead_s
 from spiderflow.errors import EmulatorError
@@ -38,7 +45,7 @@ from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import DEFAULT_PLANNER, PLANNERS, PlacementRequest, run_planner
 from spiderflow.provenance import provenance
-from spiderflow.topology import Topology, load_topology
+from spiderflow.topology import Topology
 from spiderflow.traces import load_trace
 from spiderflow.wan import load_capacity_events, load_wan_events
 from spiderflow.workload import Job
@@ -98,6 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=output_dir, default=None, help="output directory (default runs/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     add_network_arguments(parser)
+    add_server_arguments(parser)
     parser.set_defaults(hosts_per_cluster=DEFAULT_HOSTS)
 
 
@@ -149,9 +157,26 @@ def check_warmup(args: argparse.Namespace) -> None:
                             "--iterations")
 
 
+def check_servers(args: argparse.Namespace, servers: ServerSet | None) -> None:
+    """What ``--servers`` does not take yet: one line naming the option and the fix."""
+    if servers is None:
+        return
+    for flag, given in (("--cold-start", args.cold_start), ("--wan-events", args.wan_events)):
+        if given:
+            raise EmulatorError(f"{flag}: not supported with --servers yet (ranks on other servers start from "
+                                "their server's warm pool; live link changes on remote routers are not wired); "
+                                "leave one of the two out")
+
+
 def main(args: argparse.Namespace) -> int:
     check_warmup(args)
-    topo = load_topology(resolve_topology(args.topology))  # bad inputs fail here, before root
+    servers = server_set(args)  # bad --servers fail here, before root
+    if servers is not None and len(servers.names) < 2:
+        servers = None  # this machine alone
+    check_servers(args, servers)
+    topo, pins = load_topology_with_servers(resolve_topology(args.topology))  # bad inputs fail here, before root
+    assignment = None if servers is None else assign_clusters(topo.names, servers.names, pins=pins,
+                                                              source=topo.source)
     trace_path = resolve_topology(args.trace)
     jobs = load_trace(trace_path).jobs
     wan_events = load_wan_events(resolve_topology(args.wan_events), topo) if args.wan_events else ()
@@ -169,6 +194,10 @@ def main(args: argparse.Namespace) -> int:
                         calibration=calibration)
     except ValueError as exc:
         raise EmulatorError(f"run: {exc}") from None
+    if assignment is not None:
+        from emulator.net.multihost import check_assignment  # Mininet's cluster mode only when asked
+
+        check_assignment(topo, assignment, servers.first)
     require_root()
     StateStore().refuse_if_busy()  # a second run: one line, nothing written
     out = Path(args.out or f"runs/{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
@@ -184,24 +213,31 @@ def main(args: argparse.Namespace) -> int:
               "scale": net.scale, "dilation": net.dilation, "dilation_reason": choice.reason,
               "net": asdict(net), "wan_events": args.wan_events,
               "capacity_events": args.capacity_events}
+    if servers is not None:
+        config.update(servers=list(servers.names), tunnel=servers.tunnel, assignment=assignment)
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{len(jobs)} jobs from {trace_path} on {topo.source}; planner {cfg.planner}; "
              f"{cfg.iterations} iterations ({cfg.warmup} warm-up); arrivals / {cfg.time_scale:g}; output {out}")
     progress(f"scale {net.scale:g}, dilation {net.dilation:g}: {choice.reason}")
-    from emulator.net.emulation import Emulation  # Mininet only once we know we will use it
 
     t0 = time.monotonic()
     runner = None
     mechanism = None
     try:
-        with Emulation(topo, net, log=progress) as emu, contextlib.ExitStack() as stack:
+        with emulation(topo, net, servers, assignment, progress) as emu, contextlib.ExitStack() as stack:
             mechanism = emu.mechanism
-            pool = None if args.cold_start else stack.enter_context(RankPool(emu, log=progress))
+            if servers is not None:
+                from emulator.jobs.remotepool import ServerPools
+
+                config["clock_offsets"] = {s: o.as_json() for s, o in servers.offsets.items()}
+                pool = stack.enter_context(ServerPools(emu, log=progress))
+            else:
+                pool = None if args.cold_start else stack.enter_context(RankPool(emu, log=progress))
             runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress, pool=pool, wan_events=wan_events,
                             capacity_events=capacity_events)
             if runner.cpu_flops_per_s is not None:  # probed by the Runner: config.json gets it too
                 config["cpu_flops_per_s"] = runner.cpu_flops_per_s
-                (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+            (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")  # and the clock offsets
             try:
                 runner.run()
             except BaseException:
@@ -218,6 +254,17 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(format_table(runner.jobs, net, mechanism, out))
     return 0 if all(j.status == "ok" for j in runner.jobs) else 1
+
+
+def emulation(topo: Topology, net: NetConfig, servers: ServerSet | None, assignment: dict[str, str] | None, log):
+    """The emulated network: on this machine, or split over ``servers`` (Mininet only once we use it)."""
+    if servers is None:
+        from emulator.net.emulation import Emulation
+
+        return Emulation(topo, net, log=log)
+    from emulator.net.multihost import ClusterEmulation
+
+    return ClusterEmulation(topo, net, servers=servers, assignment=assignment, log=log)
 
 
 def applied_events(runner) -> list[dict] | None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Emulation over two servers without a second machine (issue 20), as root:
-#   scripts/multihost-test.sh [--topology FILE] [--tunnel vxlan|ssh] [other `emulator check` arguments, e.g. --json]
+#   scripts/multihost-test.sh [--topology FILE] [--trace FILE] [--tunnel vxlan|ssh] [--no-run]
+#                             [other `emulator check` arguments, e.g. --json]
 # --tunnel defaults to vxlan here (the CLI's default is ssh): both "servers" share this machine's
 # cores, and an SSH tunnel's userspace work per packet lands on the same core as everything else
 # (docs/multihost.md: on one core, ssh tunnels meet the targets at --scale 20, vxlan at 10).
@@ -10,19 +11,27 @@
 # 2. runs `emulator check --servers localhost,sf-srv2` (clusters split over both; WAN links between
 #    them through tunnels) and prints its table, the cross-server vs local summary and the
 #    tunnel's overhead;
-# 3. removes everything it made (trap on exit: the emulation's own teardown, then
+# 3. unless --no-run: runs `emulator run` (the trace, default traces/default.csv) split over both
+#    servers, then the same run on this machine alone, and prints every job's status and error in
+#    both and their median |error| (issue 20's target: within 1 point of each other);
+# 4. removes everything it made (trap on exit: the emulation's own teardown, then
 #    `emulator clean` for anything a crash left, then the second server).
-# Exits with the check's status. Heavy work runs on core 0 (taskset), like the other scripts' callers.
+# Exits 0 when the check and both runs passed. Heavy work runs on core 0 (taskset), like the other
+# scripts' callers.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY="$ROOT/.venv/bin/python"
 TOPOLOGY=topologies/default.yaml
+TRACE=traces/default.csv
 TUNNEL=vxlan
+RUN=1
 ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --topology) TOPOLOGY=$2; shift 2 ;;
+    --trace) TRACE=$2; shift 2 ;;
     --tunnel) TUNNEL=$2; shift 2 ;;
+    --no-run) RUN=0; shift ;;
     *) ARGS+=("$1"); shift ;;
   esac
 done
@@ -66,4 +75,43 @@ set +e
 rc=$?
 set -e
 log "emulator check exited with $rc"
+[ "$RUN" = 1 ] || exit "$rc"
+
+run() {  # run NAME [--servers ...]: `emulator run` of the trace, JSON in $WORK/NAME.json
+  local name=$1; shift
+  set +e
+  "${CPU[@]}" "$PY" -m emulator run --topology "$TOPOLOGY" --trace "$TRACE" --out "$WORK/$name" --json "$@" \
+      > "$WORK/$name.json"
+  local status=$?
+  set -e
+  log "emulator run ($name) exited with $status"
+  return "$status"
+}
+log "emulator run --servers localhost,sf-srv2 --tunnel $TUNNEL on $TOPOLOGY, $TRACE"
+run two-servers --servers localhost,sf-srv2 --ssh-config "$SSH_CONFIG" --tunnel "$TUNNEL" || rc=1
+log "the same run on this machine alone"
+run one-server || rc=1
+"$PY" - "$WORK/one-server.json" "$WORK/two-servers.json" <<'PYEOF' || rc=1
+import json, sys
+one, two = ({j["job_id"]: j for j in json.load(open(p))["jobs"]} if open(p).read().strip() else {}
+            for p in sys.argv[1:])
+def med(p):
+    text = open(p).read().strip()
+    return json.loads(text)["median_abs_error_pct"] if text else None
+def fmt(j):
+    if j is None:
+        return "(no result)"
+    err = "" if j.get("error_pct") is None else f"{j['error_pct']:+.1f}%"
+    place = " ".join(f"{c}:{g}" for c, g in j["placement"].items())
+    return f"{j['status']:<6} {err:>7}  {place}"
+print(f"{'job':<14} {'one server':<40} two servers")
+for jid in sorted(set(one) | set(two)):
+    print(f"{jid:<14} {fmt(one.get(jid)):<40} {fmt(two.get(jid))}")
+m1, m2 = med(sys.argv[1]), med(sys.argv[2])
+ok = m1 is not None and m2 is not None and abs(m1 - m2) <= 1.0 and all(
+    j["status"] == "ok" for j in list(one.values()) + list(two.values()))
+print(f"median |error|: one server {m1 if m1 is None else f'{m1:.2f}%'}, two servers "
+      f"{m2 if m2 is None else f'{m2:.2f}%'}; every job ok and within 1 point: {'yes' if ok else 'NO'}")
+sys.exit(0 if ok else 1)
+PYEOF
 exit "$rc"

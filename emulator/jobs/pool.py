@@ -40,6 +40,14 @@ waiting at its rendezvous 4.2 MiB, where a cold one holds 156 MiB of
 anonymous memory of its own. Ten 2-rank jobs handed over at once on
 paper8 start in 0.31 s (median; max 0.77 s), ~0.1 s over each job alone.
 
+Files (``--serve --files DIR``, the pool of another server, :mod:`emulator.jobs.remotepool`):
+a start request may carry ``files`` (path -> text, written before the fork) and ``unlink``
+(paths removed first); ``{"stat": [paths]}`` answers each file's size (-1: none),
+``{"fetch": [paths], "max_bytes": N, "remove": bool}`` their bytes (base64; null: none), and
+``{"kill" | "killpg": PID, "sig": N}`` signals a child (its group) that the server has not reaped
+yet, unanswered -- every path under DIR only. A pool without ``--files`` refuses the file
+requests. The local pool never uses them: its owner shares its files and pids.
+
 A :class:`PooledProcess` is ``subprocess.Popen``-like (its status comes from
 the server's stdout, read without blocking), so ``Emulation.register`` and its
 teardown treat it as any other process. If the server dies, its unfinished
@@ -48,6 +56,7 @@ children (killed by their death signal) report -9. Use a pool from one thread.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import gc
@@ -70,6 +79,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PRELOAD = ("torch", "torch.distributed", "emulator.jobs.worker", "emulator.calibrate.opbench_worker")
 READY_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 10.0
+FETCH_TIMEOUT_S = 60.0
 PR_SET_PDEATHSIG = 1
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000  # <linux/sched.h>
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -107,8 +117,18 @@ class PooledProcess:
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:  # not reaped by the server yet: the pid is still this child's
+            if self._pool.remote:  # a pid of another machine: the server sends it
+                return self._pool._signal("kill", self.pid, sig)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
+
+    def killpg(self, sig: int) -> None:
+        """Signal the child's process group (it leads one), here or through its server."""
+        if self._pool.remote:
+            if self.poll() is None:
+                self._pool._signal("killpg", self.pid, sig)
+            return
+        os.killpg(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -118,19 +138,19 @@ class PooledProcess:
 
 
 class RankPool:
+    remote = False  # True: the server runs on another machine (emulator.jobs.remotepool)
+    files_dir: str | None = None  # where the server keeps rank files (None: the owner's own paths)
+    clock_offset_ns = 0  # the server's CLOCK_MONOTONIC minus ours
+    role = "rank-pool"  # what the emulation's process list calls the server
+    label = "rank pool"  # what messages call it
+
     def __init__(self, emu=None, *, preload: Sequence[str] = DEFAULT_PRELOAD,
                  log: Callable[[str], None] | None = None, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
         self.emu, self.log = emu, log or (lambda _msg: None)
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-        if emu is not None:
-            env[MARKER_ENV] = emu.run_id
         t0 = time.monotonic()
-        self._server = subprocess.Popen([sys.executable, "-m", "emulator.jobs.pool", "--serve", *preload],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=REPO,
-                                        start_new_session=True,
-                                        preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
+        self._server = self._spawn(list(preload))
         if emu is not None:
-            emu.register(self._server, role="rank-pool")
+            emu.register(self._server, role=self.role)
         self._fd = self._server.stdout.fileno()
         os.set_blocking(self._fd, False)
         self._buf, self._eof, self._seq = b"", False, 0
@@ -139,31 +159,76 @@ class RankPool:
         if not isinstance(reply := self._reply(0, ready_timeout_s), dict):
             self.close()
             raise EmulatorError(f"rank pool server ({' '.join(preload)}): {reply}")
-        self.log(f"rank pool ready: pid {self.pid}, preloaded {', '.join(preload)} ({time.monotonic() - t0:.1f} s)")
+        self.log(f"{self.label} ready: pid {self.pid}, preloaded {', '.join(preload)} ({time.monotonic() - t0:.1f} s)")
+
+    def _spawn(self, preload: list[str]) -> subprocess.Popen:
+        """The server process (here: a child in its own session; another machine's: over SSH)."""
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+        if self.emu is not None:
+            env[MARKER_ENV] = self.emu.run_id
+        return subprocess.Popen([sys.executable, "-m", "emulator.jobs.pool", "--serve", *preload],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=REPO,
+                                start_new_session=True,
+                                preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
 
     @property
     def pid(self) -> int:
         return self._server.pid
 
+    def for_host(self, _host: str) -> "RankPool":
+        """The pool that starts ranks in ``host`` (one pool: this one; see remotepool.ServerPools)."""
+        return self
+
     def start(self, *, module: str, args: list[str], env: dict[str, str], log_path: str,
-              ns_pid: int | None, nice: int = 0, cwd: str | None = None, role: str = "rank") -> PooledProcess:
-        """Fork a child that runs ``module.main(args)`` (see the module docstring); returns once its pid is known."""
+              ns_pid: int | None, nice: int = 0, cwd: str | None = None, role: str = "rank",
+              files: dict[str, str] | None = None, unlink: Sequence[str] = ()) -> PooledProcess:
+        """Fork a child that runs ``module.main(args)`` (see the module docstring); returns once its pid is known.
+        ``files`` / ``unlink``: written / removed by the server first (a pool with a files directory)."""
         self._seq += 1
         request = {"id": self._seq, "module": module, "args": [str(a) for a in args], "env": dict(env),
                    "log_path": str(log_path), "ns_pid": ns_pid, "nice": nice, "cwd": cwd}
+        if files or unlink:
+            request.update(files=dict(files or {}), unlink=[str(p) for p in unlink])
+        self._send(request)
+        reply = self._reply(self._seq, START_TIMEOUT_S)
+        if not isinstance(reply, PooledProcess):
+            raise EmulatorError(f"{self.label} could not start {module} {' '.join(request['args'])}: {reply}")
+        if self.emu is not None and not self.remote:  # another machine's pid: its server and agent end it
+            self.emu.register(reply, role=role)
+        return reply
+
+    def stat(self, paths: Sequence[str]) -> dict[str, int]:
+        """Size of each file on the server's machine (-1: no such file)."""
+        reply = self._ask({"stat": [str(p) for p in paths]})
+        return {p: int(n) for p, n in reply["sizes"].items()}
+
+    def fetch(self, paths: Sequence[str], *, max_bytes: int | None = None, remove: bool = False) -> dict:
+        """Each file's bytes (at most ``max_bytes``; None: no such file) from the server's machine;
+        ``remove``: delete them there once read."""
+        reply = self._ask({"fetch": [str(p) for p in paths], "max_bytes": max_bytes, "remove": remove},
+                          timeout_s=FETCH_TIMEOUT_S)
+        return {p: None if b is None else base64.b64decode(b) for p, b in reply["files"].items()}
+
+    def _ask(self, request: dict, timeout_s: float = START_TIMEOUT_S) -> dict:
+        self._seq += 1
+        self._send({"id": self._seq, **request})
+        reply = self._reply(self._seq, timeout_s)
+        if not isinstance(reply, dict):
+            raise EmulatorError(f"{self.label}: {next(iter(request))} failed: {reply}")
+        return reply
+
+    def _signal(self, how: str, pid: int, sig: int) -> None:
+        with contextlib.suppress(EmulatorError):  # the server is gone: so is the child (death signal)
+            self._send({"id": 0, how: pid, "sig": int(sig)})
+
+    def _send(self, request: dict) -> None:
         try:
             if self._eof:
                 raise BrokenPipeError
             self._server.stdin.write(json.dumps(request).encode() + b"\n")
             self._server.stdin.flush()
-        except BrokenPipeError:
-            raise EmulatorError(f"rank pool server (pid {self.pid}) is gone; start a new RankPool") from None
-        reply = self._reply(self._seq, START_TIMEOUT_S)
-        if not isinstance(reply, PooledProcess):
-            raise EmulatorError(f"rank pool could not start {module} {' '.join(request['args'])}: {reply}")
-        if self.emu is not None:
-            self.emu.register(reply, role=role)
-        return reply
+        except (BrokenPipeError, ValueError):  # ValueError: stdin closed by close()
+            raise EmulatorError(f"{self.label} server (pid {self.pid}) is gone; start a new RankPool") from None
 
     def close(self) -> None:
         """End the server, which SIGKILLs and reaps every child first (idempotent)."""
@@ -210,8 +275,10 @@ class RankPool:
                 self._live[proc.pid] = self._replies[msg["id"]] = proc
             elif msg["event"] == "exit" and msg["pid"] in self._live:
                 self._live.pop(msg["pid"]).returncode = msg["exit"]
-            elif msg["event"] in ("ready", "error"):
-                self._replies[msg.get("id", 0)] = msg if msg["event"] == "ready" else msg["error"]
+            elif msg["event"] in ("ready", "stat", "files"):
+                self._replies[msg.get("id", 0)] = msg
+            elif msg["event"] == "error":
+                self._replies[msg.get("id", 0)] = msg["error"]
         if self._eof:
             self._lost()
 
@@ -290,8 +357,63 @@ def _child(request: dict, server_pid: int, close_fds: list[int]) -> None:
         os._exit(code)
 
 
-def serve(preload: Sequence[str]) -> int:
+def _under(files_dir: str | None, path: str) -> str:
+    """``path`` if it lies under the server's files directory, else ValueError."""
+    if files_dir is None:
+        raise ValueError("this pool serves no files (started without --files)")
+    real = os.path.realpath(path)
+    if os.path.commonpath([real, files_dir]) != files_dir:
+        raise ValueError(f"{path}: not under the pool's files directory {files_dir}")
+    return real
+
+
+def _file_request(request: dict, files_dir: str | None, children: dict[int, int]) -> dict | None:
+    """Apply a request that forks nothing (see the module docstring); its reply, or None."""
+    if "kill" in request or "killpg" in request:
+        pid = int(request.get("kill", request.get("killpg")))
+        if pid in children.values():  # a child not reaped yet: the pid cannot be another process's
+            with contextlib.suppress(ProcessLookupError):
+                (os.kill if "kill" in request else os.killpg)(pid, int(request["sig"]))
+        return None
+    if "stat" in request:
+        sizes = {}
+        for path in request["stat"]:
+            try:
+                sizes[path] = os.stat(_under(files_dir, path)).st_size
+            except FileNotFoundError:
+                sizes[path] = -1
+        return {"event": "stat", "id": request["id"], "sizes": sizes}
+    out = {}
+    for path in request["fetch"]:
+        real = _under(files_dir, path)
+        try:
+            with open(real, "rb") as fh:
+                data = fh.read() if request.get("max_bytes") is None else fh.read(int(request["max_bytes"]))
+        except FileNotFoundError:
+            out[path] = None
+            continue
+        out[path] = base64.b64encode(data).decode()
+        if request.get("remove"):
+            os.unlink(real)
+    return {"event": "files", "id": request["id"], "files": out}
+
+
+def _put_files(request: dict, files_dir: str | None) -> None:
+    """A start request's ``unlink`` and ``files``, before its fork."""
+    for path in request.get("unlink", []):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_under(files_dir, path))
+    for path, text in request.get("files", {}).items():
+        real = _under(files_dir, path)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        Path(real).write_text(text)
+
+
+def serve(preload: Sequence[str], files_dir: str | None = None) -> int:
     t0 = time.monotonic()
+    if files_dir is not None:
+        os.makedirs(files_dir, exist_ok=True)
+        files_dir = os.path.realpath(files_dir)
     try:
         for name in preload:
             importlib.import_module(name)
@@ -323,6 +445,20 @@ def serve(preload: Sequence[str]) -> int:
             *lines, buf = (buf + data).split(b"\n")
             for line in lines:
                 request = json.loads(line)
+                if "module" not in request:
+                    try:
+                        reply = _file_request(request, files_dir, children)
+                    except (OSError, ValueError) as exc:
+                        reply = {"event": "error", "id": request.get("id", 0), "error": str(exc)}
+                    if reply is not None:
+                        _say(**reply)
+                    continue
+                try:
+                    if "files" in request or "unlink" in request:
+                        _put_files(request, files_dir)
+                except (OSError, ValueError) as exc:
+                    _say(event="error", id=request["id"], error=f"files: {exc}")
+                    continue
                 try:
                     pid = os.fork()
                 except OSError as exc:
@@ -351,11 +487,13 @@ def _shutdown(children: dict[int, int]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] != "--serve":
-        print("usage: python -m emulator.jobs.pool --serve [MODULE ...]  (started by RankPool)", file=sys.stderr)
+    if not argv or argv[0] != "--serve" or argv[1:2] == ["--files"] and len(argv) < 3:
+        print("usage: python -m emulator.jobs.pool --serve [--files DIR] [MODULE ...]  (started by RankPool)",
+              file=sys.stderr)
         return 2
+    files_dir, preload = (argv[2], argv[3:]) if argv[1:2] == ["--files"] else (None, argv[1:])
     try:
-        return serve(argv[1:])
+        return serve(preload, files_dir)
     except BrokenPipeError:  # the owner is gone; the children die with us
         return 0
 

@@ -30,6 +30,12 @@ job's ranks are ended. When a job times out, or its ranks give up at their
 rendezvous, while a rank never reached its process group (it has no JSON
 lines file, see :mod:`emulator.jobs.worker`), that rank is the one named.
 
+Over several servers (``emulator run --servers``, :mod:`emulator.jobs.remotepool`) a rank
+starts from the pool of its host's server; its files live there while it runs (the runner
+asks their sizes) and are copied into ``ranks/`` here when its job ends, and its ``mono``
+stamps are put on this machine's clock with the server's measured offset before the
+ranks' iteration ends are compared (:func:`rank_ends`).
+
 With ``--wan-events`` / ``--capacity-events`` the network and the GPU pool
 change during the replay (:mod:`emulator.jobs.wanplay`, :mod:`emulator.jobs.changes`,
 docs/wan-events.md).
@@ -37,6 +43,7 @@ docs/wan-events.md).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -53,11 +60,13 @@ from pathlib import Path
 from emulator.jobs.compute import COMPUTE_MODES, cpu_flops_per_s
 from emulator.jobs.launch import describe_plan, emulated_view, predict_emulated, rank_specs
 from emulator.jobs.ranklog import read_lines
+from emulator.jobs.remotepool import ask_sizes, collect
 from emulator.jobs.changes import ReplayChanges
 from emulator.jobs.startup import startup_s
 from emulator.jobs.wanplay import WanPlayer
 from emulator.net.live import LiveNetwork
 from emulator.net.layout import HostPlan, NetConfig
+from emulator.net.servers import to_local_ns
 from emulator.net.state import MARKER_ENV
 from emulator.jobs.worker import STARTUP_NICE_ENV, RankSpec, rank_env
 from spiderflow.errors import EmulatorError
@@ -141,7 +150,30 @@ def warm_tcp(emu) -> None:
     argv = sysctl_command({"net.ipv4.tcp_slow_start_after_idle": "0"})
     for hosts in emu.hosts.values():
         for h in hosts:
-            emu.executor.run(h.name, emu.node(h.name).pid, argv)
+            emu.run(h.name, argv)  # on the host's server
+
+
+def local_mono_s(mono_s: float, offset_ns: int) -> float:
+    """A rank's CLOCK_MONOTONIC stamp (seconds) from a server whose clock is ``offset_ns`` ahead of ours,
+    on our clock."""
+    return to_local_ns(mono_s * 1e9, offset_ns) / 1e9
+
+
+def rank_ends(lines: list[dict], offset_ns: int = 0) -> tuple[list[float], list[tuple[int, float]]]:
+    """A rank's ``start`` stamps and its iteration ends ``(iteration, end)``, on this machine's
+    monotonic clock: its lines' times are relative to its ``mono`` origin, read on the clock of its
+    own server, which runs ``offset_ns`` ahead of ours (0: this machine)."""
+    mono, starts, ends = None, [], []
+    for line in lines:
+        if line.get("event") == "start":
+            mono = line.get("mono")
+            if mono is not None:
+                if offset_ns:
+                    mono = local_mono_s(mono, offset_ns)
+                starts.append(mono)
+        elif line.get("event") == "iteration" and mono is not None:
+            ends.append((line["it"], mono + line["end"]))
+    return starts, ends
 
 
 @dataclass(kw_only=True)
@@ -149,14 +181,30 @@ class Rank:
     spec: RankSpec
     host: HostPlan
     proc: subprocess.Popen  # or an emulator.jobs.pool.PooledProcess (same interface)
-    log: Path | None = None  # the rank's stdout and stderr
+    log: Path | None = None  # the rank's stdout and stderr (here; a remote rank's once fetched)
     exit: int | None = None
+    # a rank on another server: its pool, and its JSON lines and log there (spec.out is that path)
+    pool: object | None = None
+    remote_log: str | None = None
+    remote_sizes: dict = field(default_factory=dict)  # path -> bytes (-1: none), as last asked
+
+    @property
+    def clock_offset_ns(self) -> int:
+        return self.pool.clock_offset_ns if self.pool is not None else 0
 
     def log_bytes(self) -> int:
+        if self.pool is not None:
+            return max(0, self.remote_sizes.get(self.remote_log, 0))
         try:
             return os.stat(self.log).st_size if self.log else 0
         except FileNotFoundError:  # a pooled rank opens its log itself
             return 0
+
+    def joined(self) -> bool:
+        """Has it reached its rendezvous (its JSON lines file exists, see emulator.jobs.worker)?"""
+        if self.pool is not None:
+            return self.remote_sizes.get(self.spec.out, -1) >= 0
+        return Path(self.spec.out).exists()
 
 
 @dataclass(kw_only=True)
@@ -356,6 +404,7 @@ class Runner:
         go back, and it waits in the queue to be placed again (emulator/jobs/changes.py)."""
         if j.pending is None:
             self._end_ranks(j)
+            self._collect(j)
             self._measure(j)
             j.done_before += j.iterations_done
         self._release(j)
@@ -382,6 +431,8 @@ class Runner:
         for j in self.jobs:
             if j.status in ("queued", "running"):
                 if j.status == "running":
+                    with contextlib.suppress(EmulatorError):
+                        self._collect(j)
                     self._measure(j)
                 j.status, j.reason = "interrupted", "the run was interrupted"
 
@@ -449,6 +500,10 @@ class Runner:
         job = j.job
         for spec, host in zip(specs, hosts):
             spec = RankSpec(**{**spec.__dict__, "master_addr": hosts[0].ip, "master_port": port})
+            pool = None if self.pool is None else self.pool.for_host(host.name)
+            if pool is not None and pool.remote:
+                self._start_remote(j, spec, host, pool)
+                continue
             path = self.rank_dir / f"{j.files}-r{spec.rank}.json"
             spec.dump(path)
             for stale in (Path(spec.out), self.rank_dir / f"{j.files}-r{spec.rank}.log"):
@@ -457,8 +512,8 @@ class Runner:
                    "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
             log_path = self.rank_dir / f"{j.files}-r{spec.rank}.log"
             role = f"{j.files}/r{spec.rank}"
-            if self.pool is not None:
-                proc = self.pool.start(module="emulator.jobs.worker", args=[str(path)],
+            if pool is not None:
+                proc = pool.start(module="emulator.jobs.worker", args=[str(path)],
                                        env={**env, MARKER_ENV: self.emu.run_id}, log_path=str(log_path),
                                        ns_pid=self.emu.node(host.name).pid, nice=STARTUP_NICE, cwd=str(REPO),
                                        role=f"{role}@{host.name}")
@@ -474,12 +529,45 @@ class Runner:
                                              "t": self.now()}) + "\n")
         j.launched_t = self.now()
 
+    def _start_remote(self, j: JobRun, spec: RankSpec, host: HostPlan, pool) -> None:
+        """Start a rank from the pool of its host's server: its spec travels in the request, its
+        files stay there until :meth:`_collect` (a copy of the spec is kept here, as for a local rank)."""
+        name = f"{j.files}-r{spec.rank}"
+        there = f"{pool.files_dir}/{name}"
+        spec = RankSpec(**{**spec.__dict__, "out": f"{there}.jsonl"})
+        path = self.rank_dir / f"{name}.json"
+        spec.dump(path)
+        for stale in (self.rank_dir / f"{name}.jsonl", self.rank_dir / f"{name}.log"):
+            stale.unlink(missing_ok=True)  # a reused --out: the copies come back at the job's end
+        env = {**os.environ, **rank_env(host.intf, host.name, spec.backend), STARTUP_NICE_ENV: "1",
+               "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), MARKER_ENV: pool.marker}
+        proc = pool.start(module="emulator.jobs.worker", args=[f"{there}.json"], env=env,
+                          log_path=f"{there}.log", ns_pid=self.emu.node(host.name).pid, nice=STARTUP_NICE,
+                          cwd=str(REPO), role=f"{j.files}/r{spec.rank}@{host.name}",
+                          files={f"{there}.json": path.read_text()}, unlink=[spec.out, f"{there}.log"])
+        j.ranks.append(Rank(spec=spec, host=host, proc=proc, log=self.rank_dir / f"{name}.log", pool=pool,
+                            remote_log=f"{there}.log"))
+        self._launched.write(json.dumps({"job_id": j.job.job_id, "attempt": j.attempt, "rank": spec.rank,
+                                         "pid": proc.pid, "server": pool.server, "host": host.name,
+                                         "ip": host.ip, "t": self.now()}) + "\n")
+
+    def _ask_sizes(self, j: JobRun) -> None:
+        """The sizes of the job's remote ranks' files (the log cap; did each reach its rendezvous)."""
+        ask_sizes(j.ranks, log=lambda msg: self.log(f"{j.job.job_id}: {msg}"))
+
+    def _collect(self, j: JobRun) -> None:
+        """The job's remote ranks' JSON lines and logs, copied into ``ranks/`` here: what measurement,
+        failure reasons and the run's results read."""
+        collect(j.ranks, self.rank_dir, prefix=j.files, max_log_bytes=RANK_LOG_CAP_BYTES + 2**20,
+                log=lambda msg: self.log(f"{j.job.job_id}: {msg}"))
+
     # ------------------------------------------------------------------ progress and end
     def _poll(self, j: JobRun) -> bool:
         """True when the job ended (ok or failed) in this poll."""
         if j.pending is not None:  # placed again, paying its restart cost: no ranks yet
             return False
         j.collect_exits()
+        self._ask_sizes(j)
         bad = [r for r in j.ranks if r.exit not in (None, 0)]
         timed_out = self.now() - j.launched_t > self.cfg.job_timeout_s  # both real-equivalent
         flooded = next((r for r in j.ranks if r.log_bytes() > RANK_LOG_CAP_BYTES), None)
@@ -490,6 +578,7 @@ class Runner:
         absent = self._not_joined(j, timed_out) if bad or timed_out else []
         if bad or timed_out or flooded:
             self._end_ranks(j)
+        self._collect(j)
         self._measure(j)
         self._predict_shared(j)
         self._release(j)
@@ -537,7 +626,7 @@ class Runner:
         """Live ranks that never reached their rendezvous (no JSON lines file yet, see
         :mod:`emulator.jobs.worker`), if that is what failed the job: it timed out, or the ranks that
         did reach it have waited out their process-group timeout (``spec.timeout_s``, wall)."""
-        absent = [r for r in j.ranks if r.exit is None and not Path(r.spec.out).exists()]
+        absent = [r for r in j.ranks if r.exit is None and not r.joined()]
         if absent and (timed_out or self._wall_since_launch(j) >= min(r.spec.timeout_s for r in j.ranks)):
             return absent
         return []
@@ -575,7 +664,10 @@ class Runner:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for r in live:
                 try:
-                    os.killpg(r.proc.pid, sig)
+                    if r.pool is not None:  # another machine's pid: its pool's server signals it
+                        r.proc.killpg(sig)
+                    else:
+                        os.killpg(r.proc.pid, sig)
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + 3.0
@@ -614,15 +706,11 @@ class Runner:
         monotonic times), and the job's start-up: its launch to its earliest ``start`` line."""
         ends: dict[int, list[float]] = {}
         starts = []
-        for r in j.ranks:
-            mono = None
-            for line in self._lines(j.files, r.spec.rank):
-                if line.get("event") == "start":
-                    mono = line.get("mono")
-                    if mono is not None:
-                        starts.append(mono)
-                elif line.get("event") == "iteration" and mono is not None:
-                    ends.setdefault(line["it"], []).append(mono + line["end"])
+        for r in j.ranks:  # every rank's stamps on this machine's clock (rank_ends)
+            rank_starts, rank_it = rank_ends(self._lines(j.files, r.spec.rank), r.clock_offset_ns)
+            starts += rank_starts
+            for it, end in rank_it:
+                ends.setdefault(it, []).append(end)
         if starts and j.start_s is not None and j.attempt == 0:
             j.startup_wall_s = max(0.0, min(starts) - (self.t0 + j.start_s * self.k))
         complete = sorted(it for it, v in ends.items() if len(v) == len(j.ranks))

@@ -117,6 +117,14 @@ class ClusterEmulation(Emulation):
     def marker(self, server: str) -> str:
         return f"{self.run_id}@{label_of(server)}"
 
+    def remote_dir(self, server: str) -> str:
+        """The scratch directory of this emulation on another ``server`` (its agent removes it)."""
+        return self._remote_dirs[server]
+
+    def local_dir(self) -> Path:
+        """The scratch directory of this emulation here (removed at teardown)."""
+        return self._run_dir
+
     def clock_offset_ms(self, src: str, dst: str) -> float:
         """``dst``'s server's monotonic clock minus ``src``'s, in ms (0 on one server)."""
         def off(node):

@@ -2,8 +2,10 @@
 running its own sshd, emulator/net/localserver.py), two clusters split over both, the WAN link
 between them through Mininet's SSH tunnel with real tc shaping and the delay stage, measured with
 the check's own measurements and tolerance; then a crash of the first server, cleaned up by the
-agent and `emulator clean`. Root only; about 40 s."""
+agent and `emulator clean`; then `emulator run --servers`: a rank pool over SSH, a run whose WAN job
+spans both servers, and a crash of the first server in the middle of a run. Root only; about 90 s."""
 
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +22,9 @@ from emulator.net.multihost_check import summarize
 from emulator.net.servers import ServerSet, Ssh, assign_clusters
 from emulator.net.tolerance import bandwidth_ok, delay_ok
 
-from .conftest import PYTHON, REPO, TWO_CLUSTER_YAML, two_cluster_topology
+from spiderflow.errors import EmulatorError
+
+from .conftest import PYTHON, REPO, TWO_CLUSTER_1G_YAML, TWO_CLUSTER_YAML, two_cluster_topology
 
 pytestmark = pytest.mark.root
 NAME = "sf-srvt"  # not the script's sf-srv2: a test never meets a running multihost-test.sh
@@ -118,3 +122,118 @@ def test_bad_servers_touch_nothing(second_server, state_dir, assert_no_leak):
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "ssh failed" in errors[0] and "Traceback" not in done.stderr, done.stderr
     assert_no_leak()
+
+
+# ------------------------------------------------------------------ emulator run --servers
+TARGETS = "tests.emulator.pool_targets"
+RUN_TRACE = """\
+job_id,arrival_s,model,gpus,iterations,global_batch,seq_len
+wan,0.0,gpt3-125m,12,20,32,1024
+local,0.0,gpt3-125m,4,50,32,1024
+"""
+
+
+def test_a_rank_pool_on_the_other_server(second_server, tmp_path):
+    """The fork server over SSH: its children run on the other server (its network namespace here),
+    their files are sent and fetched through it, signals go through it; a pool that cannot start
+    there is one line naming the server."""
+    from emulator.jobs.remotepool import ServerRankPool
+
+    ssh = Ssh(config=str(second_server.ssh_config))
+    there = tmp_path / "there"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with ServerRankPool(server=NAME, ssh=ssh, files_dir=str(there), marker="t@x", preload=(TARGETS,)) as pool:
+        assert pool.remote and pool.clock_offset_ns == 0
+        report = there / "report.json"
+        child = pool.start(module=TARGETS, args=["report", str(report)], env=env, log_path=str(there / "r.log"),
+                           ns_pid=None, files={str(there / "in.json"): "{}"})
+        assert child.wait(timeout=30) == 0
+        seen = json.loads(pool.fetch([str(report)])[str(report)])
+        assert seen["ns"]["net"] == f"net:[{os.stat(f'/run/netns/{NAME}').st_ino}]"  # the other server's
+        assert seen["env"]["PYTHONPATH"] == str(REPO)  # the environment travels with the request
+        assert pool.stat([str(there / "in.json")]) == {str(there / "in.json"): 2}
+        sleeper = pool.start(module=TARGETS, args=["sleep", "60"], env=env, log_path=str(there / "s.log"),
+                             ns_pid=None)
+        sleeper.killpg(signal.SIGTERM)
+        assert sleeper.wait(timeout=15) == -signal.SIGTERM
+    with pytest.raises(EmulatorError) as err:
+        ServerRankPool(server=NAME, ssh=ssh, files_dir=str(there), marker="t@x", preload=("no_such_module_x",),
+                       stderr_path=str(tmp_path / "pool.log"))
+    assert str(err.value).startswith(f"{NAME}: the rank pool did not start over ssh") and "\n" not in str(err.value)
+
+
+def test_run_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path):
+    """`emulator run --servers`: the WAN job's ranks on both servers, every job ok and within the bound
+    of the one-server root test, the remote ranks' files copied back, nothing left on either server."""
+    (tmp_path / "two.yaml").write_text(TWO_CLUSTER_1G_YAML)
+    (tmp_path / "two.csv").write_text(RUN_TRACE)
+    out = tmp_path / "out"
+    argv = [PYTHON, "-m", "emulator", "run", "--topology", str(tmp_path / "two.yaml"), "--trace",
+            str(tmp_path / "two.csv"), "--hosts-per-cluster", "3", "--out", str(out), "--json",
+            "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=os.environ)
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = {j["job_id"]: j for j in json.loads(done.stdout)["jobs"]}
+    assert set(jobs) == {"wan", "local"}
+    for j in jobs.values():
+        assert j["status"] == "ok" and abs(j["error_pct"]) < 35.0, j
+    launched = [json.loads(line) for line in (out / "launched.jsonl").read_text().splitlines()]
+    remote = [r for r in launched if r.get("server") == NAME]
+    assert remote and all(r["host"].startswith("west-") for r in remote)
+    for r in remote:  # copied back into the run directory here, with the iterations measured there
+        lines = [json.loads(x) for x in (out / "ranks" / f"{r['job_id']}-r{r['rank']}.jsonl").read_text().splitlines()]
+        assert lines[0]["event"] == "start" and lines[-1]["event"] == "done"
+    config = json.loads((out / "config.json").read_text())
+    assert config["servers"] == ["localhost", NAME] and NAME in config["clock_offsets"]
+    assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
+    assert not marked_for(NAME)
+    assert_no_leak()
+
+
+def marked_for(server: str) -> list[str]:
+    """Live processes carrying any emulation's marker for ``server`` (``<run id>@<server>``)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if any(e.startswith(b"SPIDERFLOW_EMULATION=") and e.endswith(f"@{server}".encode()) for e in env):
+            found.append(pid)
+    return found
+
+
+def test_crash_of_the_first_server_during_a_run(second_server, state_dir, assert_no_leak, tmp_path):
+    """kill -9 of `emulator run --servers` while ranks run on the other server: the remote pool and its
+    ranks end with the SSH connection (and the agent), `emulator clean` removes the rest here."""
+    (tmp_path / "two.yaml").write_text(TWO_CLUSTER_1G_YAML)
+    (tmp_path / "two.csv").write_text(RUN_TRACE)
+    out = tmp_path / "out"
+    argv = [PYTHON, "-m", "emulator", "run", "--topology", str(tmp_path / "two.yaml"), "--trace",
+            str(tmp_path / "two.csv"), "--hosts-per-cluster", "3", "--out", str(out), "--dilation", "2",
+            "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
+    deadline = time.monotonic() + 90
+    launched = out / "launched.jsonl"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if launched.exists() and f'"server": "{NAME}"' in launched.read_text():
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None and marked_for(NAME), "no rank started on the other server"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while (marked_for(NAME) or list(state_dir.glob("remote-*/emulation.json"))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not marked_for(NAME) and not list(state_dir.glob("remote-*/emulation.json"))
+    done = subprocess.run([PYTHON, "-m", "emulator", "clean"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env=os.environ)
+    assert done.returncode == 0 and "cleaned emulation" in done.stdout, done.stderr
+    assert_no_leak()
+
+
+def test_run_refuses_what_servers_do_not_take(tmp_path):
+    done = subprocess.run([PYTHON, "-m", "emulator", "run", "--servers", f"localhost,{NAME}", "--cold-start"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, env=os.environ)
+    assert done.returncode == 2 and done.stderr.startswith("error: --cold-start: not supported with --servers")
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -1,0 +1,165 @@
+"""Rank pools on every server of a multi-host emulation (``emulator run --servers``, issue 20).
+
+    with ServerPools(emu) as pools:           # emu: a ClusterEmulation
+        pool = pools.for_host("tokyo-h0")     # the pool on tokyo's server
+        proc = pool.start(module=..., args=[spec_path], ..., files={spec_path: text})
+
+The first server keeps its :class:`~emulator.jobs.pool.RankPool`. Each other server gets a
+:class:`ServerRankPool`: the same fork server (``python -m emulator.jobs.pool --serve --files DIR``)
+started in that server's root namespace over the emulation's SSH master connection, as root, in the
+same project path and venv, its JSON lines carried by the SSH channel. What differs from the local
+pool, because the ranks run on another machine:
+
+- **pids**: a child's pid is the other machine's; it is never signalled or recorded here. Signals
+  go through the protocol (``{"kill" | "killpg": PID, "sig": N}``, applied by the server to a child
+  it has not reaped); the emulation's teardown ends the server (its stdin closes: it SIGKILLs its
+  children), and the server's agent ends whatever carries the server's marker
+  (``SPIDERFLOW_EMULATION=<run id>@<server>``), also after a crash of the first server;
+- **files**: a rank's spec, JSON lines and log live in ``DIR`` = ``<the agent's scratch
+  directory>/ranks`` on that server (removed by the agent at teardown). The spec travels in the
+  start request; the runner asks sizes (``stat``: the log cap, "did it reach its rendezvous") and
+  copies the JSON lines and log back into the run directory here when the job ends (``fetch``).
+  Nothing assumes a shared filesystem: ``DIR`` differs from the run directory even where the
+  filesystem is shared (the fake server of scripts/multihost-test.sh), so the copy is exercised;
+- **clock**: ``clock_offset_ns`` is that server's CLOCK_MONOTONIC minus ours (measured at build,
+  :func:`emulator.net.servers.measure_offset`); the runner puts the ranks' ``mono`` stamps on our
+  clock with it (:func:`emulator.jobs.replay.rank_ends`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from emulator.jobs.pool import DEFAULT_PRELOAD, READY_TIMEOUT_S, REPO, RankPool, _die_with_parent
+from emulator.net.servers import Ssh, remote_command
+from emulator.net.state import MARKER_ENV
+from spiderflow.errors import EmulatorError
+
+
+def _by_pool(ranks) -> list[list]:
+    """Remote ranks (``Rank.pool`` set) grouped by their pool, in order."""
+    groups: dict[int, list] = {}
+    for r in ranks:
+        if r.pool is not None:
+            groups.setdefault(id(r.pool), []).append(r)
+    return list(groups.values())
+
+
+def ask_sizes(ranks, *, log: Callable[[str], None]) -> None:
+    """Each remote rank's ``remote_sizes``: its JSON lines' and log's sizes on its server, one
+    request per server (:class:`emulator.jobs.replay.Rank`)."""
+    for group in _by_pool(ranks):
+        try:
+            sizes = group[0].pool.stat([p for r in group for p in (r.spec.out, r.remote_log) if p])
+        except EmulatorError as exc:  # the pool is gone: its ranks report -9 and fail their job
+            log(str(exc))
+            continue
+        for r in group:
+            r.remote_sizes = sizes
+
+
+def collect(ranks, rank_dir: Path, *, prefix: str, max_log_bytes: int, log: Callable[[str], None]) -> None:
+    """Copy each remote rank's JSON lines and log (at most ``max_log_bytes``) from its server to
+    ``rank_dir/<prefix>-r<rank>.jsonl`` and its ``log`` here, and remove them there; once per rank."""
+    for group in _by_pool(r for r in ranks if r.remote_log is not None):
+        pool = group[0].pool
+        try:
+            lines = pool.fetch([r.spec.out for r in group], remove=True)
+            logs = pool.fetch([r.remote_log for r in group], max_bytes=max_log_bytes, remove=True)
+        except EmulatorError as exc:
+            log(f"could not copy its ranks' files from {pool.server}: {exc}")
+            continue
+        for r in group:
+            for data, here in ((lines[r.spec.out], rank_dir / f"{prefix}-r{r.spec.rank}.jsonl"),
+                               (logs[r.remote_log], r.log)):
+                if data is not None:
+                    Path(here).write_bytes(data)
+            r.remote_log = None  # collected (and gone there)
+
+
+class ServerRankPool(RankPool):
+    """A :class:`RankPool` whose server runs on ``server``, reached with ``ssh``."""
+
+    remote = True
+
+    def __init__(self, emu=None, *, server: str, ssh: Ssh, files_dir: str, marker: str, clock_offset_ns: int = 0,
+                 preload: Sequence[str] = DEFAULT_PRELOAD, log: Callable[[str], None] | None = None,
+                 ready_timeout_s: float = READY_TIMEOUT_S, stderr_path: str | None = None) -> None:
+        self.server, self.ssh, self.files_dir, self.marker = server, ssh, files_dir, marker
+        self.clock_offset_ns = int(clock_offset_ns)
+        self.role, self.label = f"rank-pool@{server}", f"rank pool on {server}"
+        self._stderr_path = stderr_path
+        try:
+            super().__init__(emu, preload=preload, log=log, ready_timeout_s=ready_timeout_s)
+        except EmulatorError as exc:
+            raise EmulatorError(f"{server}: the rank pool did not start over ssh ({self._stderr_tail() or exc}); "
+                                "that server needs this project and its venv at the same path "
+                                "(docs/multihost.md)") from None
+
+    @classmethod
+    def of_emulation(cls, emu, server: str, **kwargs) -> "ServerRankPool":
+        """The pool of ``server``, one of ``emu``'s (a ClusterEmulation) other servers."""
+        offset = emu.servers.offsets.get(server)
+        return cls(emu, server=server, ssh=emu.servers.ssh, files_dir=f"{emu.remote_dir(server)}/ranks",
+                   marker=emu.marker(server), clock_offset_ns=0 if offset is None else offset.monotonic_ns,
+                   stderr_path=str(emu.local_dir() / f"rank-pool-{emu.marker(server).split('@', 1)[1]}.log"),
+                   **kwargs)
+
+    def _spawn(self, preload: list[str]) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "emulator.jobs.pool", "--serve", "--files", self.files_dir, *preload]
+        cmd = self.ssh.argv(self.server) + [remote_command(
+            argv, env={"OPENBLAS_NUM_THREADS": "1", MARKER_ENV: self.marker}, cwd=str(REPO))]
+        stderr = open(self._stderr_path, "ab") if self._stderr_path else subprocess.DEVNULL
+        try:
+            return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                    env=self.emu.env if self.emu is not None else dict(os.environ),
+                                    start_new_session=True,
+                                    preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
+        finally:
+            if stderr is not subprocess.DEVNULL:
+                stderr.close()
+
+    def _stderr_tail(self) -> str:
+        if not self._stderr_path:
+            return ""
+        try:
+            with open(self._stderr_path, errors="replace") as fh:
+                lines = fh.read().strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1][:300] if lines else ""
+
+
+class ServerPools:
+    """One rank pool per server of a ClusterEmulation (the local one on the first)."""
+
+    def __init__(self, emu, *, preload: Sequence[str] = DEFAULT_PRELOAD,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.emu = emu
+        self.pools: dict[str, RankPool] = {}
+        try:
+            self.pools[emu.servers.first] = RankPool(emu, preload=preload, log=log)
+            for server in emu.servers.remote:
+                self.pools[server] = ServerRankPool.of_emulation(emu, server, preload=preload, log=log)
+        except BaseException:
+            self.close()
+            raise
+
+    def for_host(self, host: str) -> RankPool:
+        return self.pools[self.emu.server_of(host)]
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            with contextlib.suppress(OSError):
+                pool.close()
+
+    def __enter__(self) -> "ServerPools":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
