@@ -312,8 +312,8 @@ class Scheduler:
         if self._memo is None:
             return self._strategy(req)
         job = req.job
-        key = (self._strategy, job.model, job.gpus, job.global_batch, job.seq_len, id(req.topology), tuple(req.free_gpus.items()),
-               frozenset(req.link_load.items()), req.allowed)
+        key = (self._strategy, job.model, job.gpus, job.global_batch, job.seq_len, id(req.topology),
+               tuple(req.free_gpus.items()), frozenset(req.link_load.items()), req.allowed)
         hit = self._memo.get(key)
         if hit is None:
             try:
