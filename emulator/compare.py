@@ -38,14 +38,15 @@ import time
 from pathlib import Path
 
 from emulator.jobs.launch import emulated_topology
-from emulator.jobs.pool import RankPool
 from emulator.jobs.replay import BASE_PORT, JobRun, RunConfig, Runner
 from emulator.jobs.startup import startup_s as job_startup_s
 from emulator.net.capability import require_root
 from emulator.net.check import add_network_arguments, resolve_topology
 from emulator.net.state import StateStore
 from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, applied_events,
-                          check_warmup, resolve_network, write_results)
+                          check_split, check_warmup, emulation, rank_pools, resolve_network, servers_and_topology,
+                          write_results)
+from emulator.net.servers import add_server_arguments
 from spiderflow.cliutil import add_scheduler_arguments, dumps, float_in, int_in, name_list, output_dir
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
@@ -54,7 +55,7 @@ from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
 from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
-from spiderflow.topology import Topology, load_topology
+from spiderflow.topology import Topology
 from spiderflow.traces import load_trace
 from spiderflow.wan import load_capacity_events, load_wan_events
 from spiderflow.workload import Job
@@ -108,6 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output directory (default runs/compare-<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     add_network_arguments(parser)
+    add_server_arguments(parser)
     parser.set_defaults(hosts_per_cluster=DEFAULT_HOSTS)
 
 
@@ -266,7 +268,7 @@ def jct_cdf(results: dict[str, dict], stem: Path, title: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     check_warmup(args)
-    topo = load_topology(resolve_topology(args.topology))
+    servers, topo, assignment = servers_and_topology(args)  # bad inputs fail here, before root
     trace_path = resolve_topology(args.trace)
     jobs = replay_jobs(load_trace(trace_path).jobs, args.iterations)
     wan_events = load_wan_events(resolve_topology(args.wan_events), topo) if args.wan_events else ()
@@ -285,6 +287,7 @@ def main(args: argparse.Namespace) -> int:
                          calibration=calibration)
     except ValueError as exc:
         raise EmulatorError(f"compare: {exc}") from None
+    check_split(topo, servers, assignment)
     require_root()
     StateStore().refuse_if_busy()
     out = Path(args.out or f"runs/compare-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
@@ -301,17 +304,18 @@ def main(args: argparse.Namespace) -> int:
               "startup": args.startup, "scale": net.scale, "dilation": net.dilation,
               "dilation_reason": choice.reason, "net": dataclasses.asdict(net),
               "wan_events": args.wan_events, "capacity_events": args.capacity_events}
+    if servers is not None:
+        config.update(servers=list(servers.names), tunnel=servers.tunnel, assignment=assignment)
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{what}; planners {', '.join(planners)}; output {out}")
     progress(f"dilation {net.dilation:g}: {choice.reason}")
     meta = {"what": what, "dilation": net.dilation, "scale": net.scale, "out": str(out)}
     results: dict[str, dict] = {}
-    from emulator.net.emulation import Emulation
-
     t0 = time.monotonic()
     try:
-        with Emulation(topo, net, log=progress) as emu, contextlib.ExitStack() as stack:
-            pool = stack.enter_context(RankPool(emu, log=progress))
+        with emulation(topo, net, servers, assignment, progress) as emu, contextlib.ExitStack() as stack:
+            pool = stack.enter_context(rank_pools(emu, servers, config, progress))
+            (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")  # with the clock offsets
             port = BASE_PORT
             for name in planners:
                 cfg = dataclasses.replace(base, planner=name)

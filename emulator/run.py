@@ -161,22 +161,47 @@ def check_servers(args: argparse.Namespace, servers: ServerSet | None) -> None:
     """What ``--servers`` does not take yet: one line naming the option and the fix."""
     if servers is None:
         return
-    for flag, given in (("--cold-start", args.cold_start), ("--wan-events", args.wan_events)):
+    for flag, given in (("--cold-start", getattr(args, "cold_start", False)), ("--wan-events", args.wan_events)):
         if given:
             raise EmulatorError(f"{flag}: not supported with --servers yet (ranks on other servers start from "
                                 "their server's warm pool; live link changes on remote routers are not wired); "
                                 "leave one of the two out")
 
 
-def main(args: argparse.Namespace) -> int:
-    check_warmup(args)
-    servers = server_set(args)  # bad --servers fail here, before root
+def servers_and_topology(args: argparse.Namespace) -> tuple[ServerSet | None, Topology, dict[str, str] | None]:
+    """``--servers`` (None: this machine alone), the topology, and which server each cluster runs on;
+    bad input fails here, before root (``run`` and ``compare``)."""
+    servers = server_set(args)
     if servers is not None and len(servers.names) < 2:
         servers = None  # this machine alone
     check_servers(args, servers)
-    topo, pins = load_topology_with_servers(resolve_topology(args.topology))  # bad inputs fail here, before root
+    topo, pins = load_topology_with_servers(resolve_topology(args.topology))
     assignment = None if servers is None else assign_clusters(topo.names, servers.names, pins=pins,
                                                               source=topo.source)
+    return servers, topo, assignment
+
+
+def check_split(topo: Topology, servers: ServerSet | None, assignment: dict[str, str] | None) -> None:
+    """Is the split of ``topo`` over ``servers`` one the emulation can build (before root)?"""
+    if assignment is not None:
+        from emulator.net.multihost import check_assignment  # Mininet's cluster mode only when asked
+
+        check_assignment(topo, assignment, servers.first)
+
+
+def rank_pools(emu, servers: ServerSet | None, config: dict, log):
+    """The warm rank pool(s) of ``emu``: one here, or one per server (``config`` gets the clock offsets)."""
+    if servers is None:
+        return RankPool(emu, log=log)
+    from emulator.jobs.remotepool import ServerPools
+
+    config["clock_offsets"] = {s: o.as_json() for s, o in servers.offsets.items()}
+    return ServerPools(emu, log=log)
+
+
+def main(args: argparse.Namespace) -> int:
+    check_warmup(args)
+    servers, topo, assignment = servers_and_topology(args)  # bad inputs fail here, before root
     trace_path = resolve_topology(args.trace)
     jobs = load_trace(trace_path).jobs
     wan_events = load_wan_events(resolve_topology(args.wan_events), topo) if args.wan_events else ()
@@ -194,10 +219,7 @@ def main(args: argparse.Namespace) -> int:
                         calibration=calibration)
     except ValueError as exc:
         raise EmulatorError(f"run: {exc}") from None
-    if assignment is not None:
-        from emulator.net.multihost import check_assignment  # Mininet's cluster mode only when asked
-
-        check_assignment(topo, assignment, servers.first)
+    check_split(topo, servers, assignment)
     require_root()
     StateStore().refuse_if_busy()  # a second run: one line, nothing written
     out = Path(args.out or f"runs/{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
@@ -226,13 +248,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with emulation(topo, net, servers, assignment, progress) as emu, contextlib.ExitStack() as stack:
             mechanism = emu.mechanism
-            if servers is not None:
-                from emulator.jobs.remotepool import ServerPools
-
-                config["clock_offsets"] = {s: o.as_json() for s, o in servers.offsets.items()}
-                pool = stack.enter_context(ServerPools(emu, log=progress))
-            else:
-                pool = None if args.cold_start else stack.enter_context(RankPool(emu, log=progress))
+            pool = None if args.cold_start else stack.enter_context(rank_pools(emu, servers, config, progress))
             runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress, pool=pool, wan_events=wan_events,
                             capacity_events=capacity_events)
             if runner.cpu_flops_per_s is not None:  # probed by the Runner: config.json gets it too

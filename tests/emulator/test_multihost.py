@@ -238,3 +238,18 @@ def test_remote_shell_that_never_starts_fails_in_time(monkeypatch):
         net.addHost("x1", cls=remote.ServerHost, ip=None, dest="nosuch.invalid", ssh=Ssh(connect_timeout_s=1),
                     marker="t@x", serverIP="192.0.2.99")
     assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_run_and_compare_take_servers_and_refuse_what_is_not_wired_in_one_line(command, tmp_path):
+    """Both commands parse --servers and check it before root: a bad server name, or --wan-events with
+    --servers, is one line and exit 2, with nothing written."""
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "emulator", command, "--out", str(tmp_path / "o"), *args],
+                              capture_output=True, text=True, timeout=120, cwd=REPO)
+
+    bad = cli("--servers", "localhost,-oProxyCommand=x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--servers" in bad.stderr, bad.stderr
+    events = cli("--servers", "localhost,gpu2", "--wan-events", str(REPO / "topologies/default.yaml"))
+    assert events.returncode == 2 and events.stderr.startswith("error: --wan-events: not supported with --servers")
+    assert events.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
