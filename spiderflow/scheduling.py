@@ -403,7 +403,8 @@ class Scheduler:
         where = " ".join(f"{c}:{g}" for c, g in placement.segments)
         run_now = self._run_s(rec, placement, req)
         finish_now = now + run_now
-        if run_now <= self._alone_run_s(rec):
+        alone = self._alone_run_s(rec)
+        if run_now <= alone:
             rec.admission = (f"started now on {where}: finishes at {finish_now:.6g} s, as soon as it could "
                              "with the whole topology to itself")
             return False
@@ -416,7 +417,6 @@ class Scheduler:
         if waited and max(waited) not in candidates:
             candidates.append(max(waited))
         best = None
-        alone = self._alone_run_s(rec)
         for t in sorted(candidates):
             t = max(t, now)
             if t + alone >= min(best[0] if best else finish_now, finish_now - WAIT_MARGIN * run_now):

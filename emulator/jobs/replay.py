@@ -508,8 +508,7 @@ class Runner:
             spec.dump(path)
             for stale in (Path(spec.out), self.rank_dir / f"{j.files}-r{spec.rank}.log"):
                 stale.unlink(missing_ok=True)  # a reused --out: ranks append, measurement reads all lines
-            env = {**os.environ, **rank_env(host.intf, host.name, spec.backend), STARTUP_NICE_ENV: "1",
-                   "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            env = self._rank_env(spec, host)
             log_path = self.rank_dir / f"{j.files}-r{spec.rank}.log"
             role = f"{j.files}/r{spec.rank}"
             if pool is not None:
@@ -529,6 +528,12 @@ class Runner:
                                              "t": self.now()}) + "\n")
         j.launched_t = self.now()
 
+    @staticmethod
+    def _rank_env(spec: RankSpec, host: HostPlan) -> dict[str, str]:
+        """A rank's whole environment: ours, its host's interface and backend, the start-up nice, the repo."""
+        return {**os.environ, **rank_env(host.intf, host.name, spec.backend), STARTUP_NICE_ENV: "1",
+                "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
     def _start_remote(self, j: JobRun, spec: RankSpec, host: HostPlan, pool) -> None:
         """Start a rank from the pool of its host's server: its spec travels in the request, its
         files stay there until :meth:`_collect` (a copy of the spec is kept here, as for a local rank)."""
@@ -539,8 +544,7 @@ class Runner:
         spec.dump(path)
         for stale in (self.rank_dir / f"{name}.jsonl", self.rank_dir / f"{name}.log"):
             stale.unlink(missing_ok=True)  # a reused --out: the copies come back at the job's end
-        env = {**os.environ, **rank_env(host.intf, host.name, spec.backend), STARTUP_NICE_ENV: "1",
-               "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), MARKER_ENV: pool.marker}
+        env = {**self._rank_env(spec, host), MARKER_ENV: pool.marker}
         proc = pool.start(module="emulator.jobs.worker", args=[f"{there}.json"], env=env,
                           log_path=f"{there}.log", ns_pid=self.emu.node(host.name).pid, nice=STARTUP_NICE,
                           cwd=str(REPO), role=f"{j.files}/r{spec.rank}@{host.name}",

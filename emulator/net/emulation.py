@@ -240,14 +240,7 @@ class Emulation:
                 self.executor.run(name, node.pid, cmd.sysctl_command(
                     cmd.namespace_sysctls(c.tcp_max_bytes, router=router)))
         self.log(f"{len(self._nodes)} nodes started ({time.monotonic() - t0:.1f} s)")
-        for c in self.plan.clusters:
-            for h in c.hosts:
-                self._net.addLink(self._nodes[h.name], self._nodes[c.router.name],
-                                  intfName1=h.intf, intfName2=h.port)
-        for link in self.plan.links:
-            self._net.addLink(self._nodes[self.plan.cluster(link.a).router.name],
-                              self._nodes[self.plan.cluster(link.b).router.name],
-                              intfName1=wan_dev(link.b), intfName2=wan_dev(link.a))
+        self._add_links()
         self._local_resolver()
         netem = self.mechanism == "netem"
         for name, commands in cmd.plan_commands(self.plan, netem=netem).items():
@@ -261,6 +254,18 @@ class Emulation:
                  f"{len(self.plan.links)} WAN links, delay by {self.mechanism}, scale {self.scale:g}, "
                  f"dilation {self.config.dilation:g} "
                  f"({self.build_s:.1f} s)")
+
+    def _add_links(self) -> None:
+        """Each host to its cluster's router, and each WAN link between two routers (Mininet picks
+        the link class: a veth pair here, a tunnel between two servers in ClusterEmulation)."""
+        for c in self.plan.clusters:
+            for h in c.hosts:
+                self._net.addLink(self._nodes[h.name], self._nodes[c.router.name],
+                                  intfName1=h.intf, intfName2=h.port)
+        for link in self.plan.links:
+            self._net.addLink(self._nodes[self.plan.cluster(link.a).router.name],
+                              self._nodes[self.plan.cluster(link.b).router.name],
+                              intfName1=wan_dev(link.b), intfName2=wan_dev(link.a))
 
     def _local_resolver(self) -> None:
         """Every host gets a resolv.conf of its own (:func:`emulator.net.linkcmds.local_resolver_commands`),

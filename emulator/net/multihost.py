@@ -56,7 +56,7 @@ from emulator.net import linkcmds as cmd
 from emulator.net.agent import label_of, remote_state_dir
 from emulator.net.capability import choose_mechanism, kernel_has_netem
 from emulator.net.emulation import EmuHost, Emulation, _die_with, _readline_until
-from emulator.net.layout import NetConfig, wan_dev
+from emulator.net.layout import NetConfig
 from emulator.net.measure import _wait_listening
 from emulator.net.remote import ClusterLink, RemotePopen, ServerHost
 from emulator.net.servers import REPO, ServerSet, measure_offset, remote_command, run_ssh, server_address
@@ -230,14 +230,7 @@ class ClusterEmulation(Emulation):
             self._remote_exec(server, batch)
         self.log(f"{len(self._nodes)} nodes started on {len(self.servers.names)} servers "
                  f"({time.monotonic() - t0:.1f} s)")
-        for c in self.plan.clusters:
-            for h in c.hosts:
-                self._net.addLink(self._nodes[h.name], self._nodes[c.router.name],
-                                  intfName1=h.intf, intfName2=h.port)
-        for link in self.plan.links:
-            self._net.addLink(self._nodes[self.plan.cluster(link.a).router.name],
-                              self._nodes[self.plan.cluster(link.b).router.name],
-                              intfName1=wan_dev(link.b), intfName2=wan_dev(link.a))
+        self._add_links()
         self._cluster_resolver()
         netem = self.mechanism == "netem"
         batches = {s: [] for s in self.servers.remote}
