@@ -161,23 +161,34 @@ def check_servers(args: argparse.Namespace, servers: ServerSet | None) -> None:
     """What ``--servers`` does not take yet: one line naming the option and the fix."""
     if servers is None:
         return
-    for flag, given in (("--cold-start", getattr(args, "cold_start", False)), ("--wan-events", args.wan_events)):
-        if given:
-            raise EmulatorError(f"{flag}: not supported with --servers yet (ranks on other servers start from "
-                                "their server's warm pool; live link changes on remote routers are not wired); "
-                                "leave one of the two out")
+    if getattr(args, "cold_start", False):
+        raise EmulatorError("--cold-start: not supported with --servers yet (ranks on other servers start from "
+                            "their server's warm pool); leave one of the two out")
+
+
+def servers_of(args: argparse.Namespace) -> ServerSet | None:
+    """``--servers`` (None: this machine alone), checked against what it does not take yet."""
+    servers = server_set(args)
+    if servers is not None and len(servers.names) < 2:
+        servers = None  # this machine alone
+    check_servers(args, servers)
+    return servers
+
+
+def topology_split(path: str, servers: ServerSet | None) -> tuple[Topology, dict[str, str] | None]:
+    """The topology of ``path`` (its ``server:`` keys taken out) and which server each cluster runs on
+    (None: this machine alone); ``calibrate`` calls it once per ``--topology``."""
+    topo, pins = load_topology_with_servers(resolve_topology(path))
+    assignment = None if servers is None else assign_clusters(topo.names, servers.names, pins=pins,
+                                                              source=topo.source)
+    return topo, assignment
 
 
 def servers_and_topology(args: argparse.Namespace) -> tuple[ServerSet | None, Topology, dict[str, str] | None]:
     """``--servers`` (None: this machine alone), the topology, and which server each cluster runs on;
     bad input fails here, before root (``run`` and ``compare``)."""
-    servers = server_set(args)
-    if servers is not None and len(servers.names) < 2:
-        servers = None  # this machine alone
-    check_servers(args, servers)
-    topo, pins = load_topology_with_servers(resolve_topology(args.topology))
-    assignment = None if servers is None else assign_clusters(topo.names, servers.names, pins=pins,
-                                                              source=topo.source)
+    servers = servers_of(args)
+    topo, assignment = topology_split(args.topology, servers)
     return servers, topo, assignment
 
 

@@ -10,6 +10,12 @@ uncalibrated and calibrated predictions beside the measurement; tear the
 network down. Finally write ``report.md`` (:mod:`~emulator.calibrate.report`).
 Everything is written as it is measured; the run-directory format is in
 docs/calibration.md.
+
+``--servers localhost,HOST...`` (with ``--tunnel``, ``--ssh-config``, ``--ssh-key``) splits each
+topology's network over several machines as ``emulator run`` does (the same helpers of
+:mod:`emulator.run`: each ``--topology`` gets its own split, ``server:`` pins included, checked
+before root): the microbenchmark ranks and the plans' ranks start from the rank pool of their
+host's server and their files come back here (docs/multihost.md).
 """
 
 from __future__ import annotations
@@ -27,12 +33,12 @@ from emulator.net.check import add_network_arguments, network_config, resolve_to
 from emulator.jobs.dilation import Choice, choose_dilation, measure_op_overhead_s
 from spiderflow.errors import EmulatorError
 from emulator.net.layout import NetConfig
-from emulator.run import MAX_ITERATIONS, check_warmup
+from emulator.net.servers import ServerSet, add_server_arguments
+from emulator.run import MAX_ITERATIONS, check_split, check_warmup, emulation, rank_pools, servers_of, topology_split
 from emulator.jobs.replay import RunConfig
 from spiderflow.cliutil import dumps, int_in, output_dir
 from spiderflow.costmodel import load_calibration, plan_work
 from spiderflow.provenance import provenance
-from spiderflow.topology import load_topology
 from spiderflow.topology.load import TOPOLOGY_NAME
 
 HELP = "measure the emulated network (nccl-tests style), fit alpha-beta, check the cost model before/after"
@@ -56,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output directory (default runs/calibrate-<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_network_arguments(parser)
+    add_server_arguments(parser)
 
 
 def file_stem(name: str) -> str:
@@ -75,15 +82,15 @@ def _append(path: Path, rows: list[dict]) -> None:
 
 
 def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int, with_plans: bool, out: Path,
-                       log) -> tuple[Path, str]:
+                       log, servers: ServerSet | None = None, assignment: dict[str, str] | None = None,
+                       record: dict | None = None) -> tuple[Path, str]:
     """One topology: microbenchmarks, fit, calibration file, plans. Returns the calibration file and
-    the delay mechanism the network used."""
+    the delay mechanism the network used. With ``servers``, the network is split by ``assignment``
+    and every rank starts on its host's server (``record`` gets the measured clock offsets)."""
     from emulator.calibrate.opbench import HOSTS_NEEDED, bench_tests, run_microbench
     from emulator.calibrate.fit import calibration_json, fit_records
     from emulator.calibrate.plans import hosts_needed, plan_cases, run_case
     from emulator.jobs.launch import emulated_view
-    from emulator.net.emulation import Emulation
-    from emulator.jobs.pool import RankPool
     from emulator.jobs.replay import warm_tcp
 
     cases = plan_cases(topo, topo.name) if with_plans else []
@@ -92,12 +99,13 @@ def calibrate_topology(topo, net: NetConfig, run_cfg: RunConfig, *, samples: int
     net = NetConfig(**{**asdict(net), "hosts_per_cluster": hosts})
     stem = file_stem(topo.name)
     cal_path = out / f"calibration-{stem}.json"
-    with Emulation(topo, net, log=log) as emu, RankPool(emu, log=log) as pool:
+    with emulation(topo, net, servers, assignment, log) as emu, \
+            rank_pools(emu, servers, {} if record is None else record, log) as pool:
         mechanism = emu.mechanism
         warm_tcp(emu)
         t0 = time.monotonic()
         records = run_microbench(emu, topo, bench_tests(topo, samples=samples), emulated_view(topo, net),
-                                 out_dir=out / f"bench-{stem}", log=log)
+                                 out_dir=out / f"bench-{stem}", pools=pool, log=log)
         _append(out / "microbench.jsonl", records)
         log(f"{topo.name}: microbenchmarks done in {time.monotonic() - t0:.0f} s")
         fits = fit_records(records, source=f"{out}/microbench.jsonl")
@@ -134,8 +142,10 @@ def auto_dilation(topos, net: NetConfig, *, with_plans: bool) -> Choice:
 
 def main(args: argparse.Namespace) -> int:
     check_warmup(args)
+    servers = servers_of(args)
     paths = [resolve_topology(p) for p in (args.topology or [DEFAULT_TOPOLOGY])]
-    topos = [load_topology(p) for p in paths]  # bad inputs fail here, before root
+    splits = [topology_split(p, servers) for p in paths]  # bad inputs fail here, before root
+    topos = [t for t, _ in splits]
     names = [file_stem(t.name) for t in topos]
     if len(set(names)) != len(names):
         raise EmulatorError(f"--topology: two files have the same name field ({', '.join(names)}); "
@@ -150,6 +160,8 @@ def main(args: argparse.Namespace) -> int:
         run_cfg = RunConfig(iterations=args.iterations, warmup=args.warmup, time_scale=1.0, net=net)
     except ValueError as exc:
         raise EmulatorError(f"calibrate: {exc}") from None
+    for topo, assignment in splits:
+        check_split(topo, servers, assignment)
     require_root()
     out = Path(args.out or f"runs/calibrate-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
@@ -157,20 +169,28 @@ def main(args: argparse.Namespace) -> int:
         (out / name).unlink(missing_ok=True)
     log = lambda msg: print(f"[calibrate] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     log(f"scale {net.scale:g}, dilation {net.dilation:g}: {choice.reason}")
-    (out / "config.json").write_text(json.dumps(
-        {**provenance(), "topologies": [t.source for t in topos], "scale": net.scale, "dilation": net.dilation,
-         "dilation_reason": choice.reason, "net": asdict(net), "compute": "emulated",
-         "iterations": run_cfg.iterations, "warmup": run_cfg.warmup, "samples": args.samples,
-         "plans": not args.no_plans}, indent=1) + "\n")
+    config = {**provenance(), "topologies": [t.source for t in topos], "scale": net.scale, "dilation": net.dilation,
+              "dilation_reason": choice.reason, "net": asdict(net), "compute": "emulated",
+              "iterations": run_cfg.iterations, "warmup": run_cfg.warmup, "samples": args.samples,
+              "plans": not args.no_plans}
+    if servers is not None:  # per topology: each gets its own split network and its own clock measurement
+        config.update(servers=list(servers.names), tunnel=servers.tunnel,
+                      assignment={t.source: a for t, a in splits}, clock_offsets={})
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     t0 = time.monotonic()
     cal_paths = []
     try:
-        for topo in topos:
-            path, mechanism = calibrate_topology(topo, net, run_cfg, samples=args.samples,
-                                                 with_plans=not args.no_plans, out=out, log=log)
-            cal_paths.append(path)
-            config = json.loads((out / "config.json").read_text())
-            (out / "config.json").write_text(json.dumps({**config, "mechanism": mechanism}, indent=1) + "\n")
+        for topo, assignment in splits:
+            record: dict = {}  # rank_pools puts the clock offsets measured at this topology's build here
+            try:
+                path, config["mechanism"] = calibrate_topology(
+                    topo, net, run_cfg, samples=args.samples, with_plans=not args.no_plans, out=out, log=log,
+                    servers=servers, assignment=assignment, record=record)
+                cal_paths.append(path)
+            finally:
+                if "clock_offsets" in record:
+                    config["clock_offsets"][topo.source] = record["clock_offsets"]
+                (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     finally:
         from emulator.calibrate.fit import read_jsonl
         from emulator.calibrate.report import mape_summary, write_report

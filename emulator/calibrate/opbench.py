@@ -25,26 +25,24 @@ takes over ten seconds a sample, and at 16 MB the bandwidth term is already
 about half of the time.
 
 :func:`run_microbench` starts one :mod:`~emulator.calibrate.opbench_worker` per
-host, waits, and :func:`combine` turns their JSON lines into the records of
+host from the rank pool of the host's server, waits, brings remote ranks' files back
+(:mod:`~emulator.calibrate.benchranks`), and :func:`combine` turns their JSON lines into the records of
 ``microbench.jsonl`` (docs/calibration.md), each with the cost model's
 uncalibrated figures for that path or group beside the measurement.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
-import sys
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from emulator.jobs.ranklog import read_lines
-from spiderflow.errors import EmulatorError
+from emulator.calibrate.benchranks import BenchHost, run_ranks
 from emulator.jobs.worker import rank_env
+from emulator.net.state import MARKER_ENV
+from spiderflow.errors import EmulatorError
 from spiderflow.costmodel import TopologyView
 from spiderflow.costmodel.network import GBPS
 from spiderflow.topology import Topology
@@ -54,7 +52,6 @@ MAX_BYTES = 256 * 2 ** 20
 CROSS_MAX_BYTES = 16 * 2 ** 20
 LARGE_BYTES = 64 * 2 ** 20  # from this size on: fewer samples (each takes seconds over the WAN)
 STALL_S = 600.0  # no line from any rank for this long: a hung rank (one sample takes at most ~10 s)
-PROGRESS_EVERY_S = 60.0
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 BENCH_PORT = 29400
 HOSTS_NEEDED = 2
@@ -134,75 +131,41 @@ def combine(tests: list[dict], lines: list[dict], *, topology: str, view: Topolo
     return records
 
 
-def _progress(work: Path, ranks: int) -> tuple[int, int | None]:
-    """(bytes the ranks have written, highest test id any rank has stamped) from their JSON-line files."""
-    written, last = 0, None
-    for rank in range(ranks):
-        path = work / f"r{rank}.jsonl"
-        if not path.exists():
-            continue
-        written += path.stat().st_size
-        for line in read_lines(path)[-1:]:  # a line still being written is skipped
-            tid = line.get("test")
-            if tid is not None:
-                last = tid if last is None else max(last, tid)
-    return written, last
-
-
-def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyView, *, out_dir: Path,
+def run_microbench(emu, topology: Topology, tests: list[dict], view: TopologyView, *, out_dir: Path, pools=None,
                    stall_s: float = STALL_S, log: Callable[[str], None] = lambda _m: None) -> list[dict]:
     """Run ``tests`` on two hosts of every cluster of ``emu``; return the combined records.
 
-    No deadline for the whole run (it grows with the square of the cluster count: paper8's 70 tests
-    take about 20 minutes): it fails when no rank has written a line for ``stall_s``, which is also
-    each rank's torch.distributed timeout; both x the emulation's dilation, and times are divided by it
-    (real-equivalent). Logs which test is running every ``PROGRESS_EVERY_S``."""
+    Each rank starts from ``pools.for_host(host)``: the warm rank pool of its host's server (one
+    :class:`~emulator.jobs.pool.RankPool` on one machine; ``ServerPools`` with ``--servers``, whose
+    remote ranks' files come back here: :mod:`~emulator.calibrate.benchranks`). No deadline for the
+    whole run (it grows with the square of the cluster count: paper8's 70 tests take about 20
+    minutes): it fails when no rank has written a line for ``stall_s``, which is also each rank's
+    torch.distributed timeout; both x the emulation's dilation, and times are divided by it
+    (real-equivalent). Logs which test is running every ``PROGRESS_EVERY_S``. Without ``pools``
+    (one machine), a rank pool is started for the run and closed after it."""
+    if pools is None:
+        from emulator.jobs.pool import RankPool
+
+        with RankPool(emu, log=log) as pool:
+            return run_microbench(emu, topology, tests, view, out_dir=out_dir, pools=pool, stall_s=stall_s, log=log)
     k = emu.config.dilation
     stall_s *= k
-    work = Path(out_dir) / "bench"
-    work.mkdir(parents=True, exist_ok=True)
     hosts = []
     for c in topology.names:
         hs = emu.hosts[c]
         if len(hs) < HOSTS_NEEDED:
             raise EmulatorError(f"calibrate needs {HOSTS_NEEDED} hosts per cluster ({c} has {len(hs)})")
-        hosts.extend(hs[:HOSTS_NEEDED])
+        hosts += [BenchHost(name=h.name, ip=h.ip, intf=h.intf, ns_pid=emu.node(h.name).pid) for h in hs[:HOSTS_NEEDED]]
     repo = Path(__file__).resolve().parents[2]
-    procs = []
-    for rank, host in enumerate(hosts):
-        spec = {"rank": rank, "world_size": len(hosts), "master_addr": hosts[0].ip, "master_port": BENCH_PORT,
-                "scale": emu.scale, "timeout_s": stall_s, "out": str(work / f"r{rank}.jsonl"), "tests": tests}
-        path = work / f"r{rank}.json"
-        path.write_text(json.dumps(spec))
-        env = {**os.environ, **rank_env(host.intf, host.name, "gloo"),
-               "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        with open(work / f"r{rank}.log", "wb") as logfile:
-            procs.append(emu.popen(host.name, [sys.executable, "-m", "emulator.calibrate.opbench_worker", str(path)],
-                                   env=env, role=f"bench/r{rank}", stdout=logfile, stderr=subprocess.STDOUT,
-                                   cwd=str(repo)))
-    log(f"microbenchmarks: {len(tests)} tests on {len(hosts)} ranks")
+
+    def env_of(host: BenchHost) -> dict[str, str]:
+        return {**os.environ, **rank_env(host.intf, host.name, "gloo"), MARKER_ENV: emu.run_id,
+                "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+    spec = {"master_addr": hosts[0].ip, "master_port": BENCH_PORT, "scale": emu.scale, "timeout_s": stall_s,
+            "tests": tests}
     by_id = {t["id"]: t for t in tests}
-    t0 = time.monotonic()
-    seen, moved, logged, shown = 0, t0, t0, None
-    while any(p.poll() is None for p in procs):
-        now = time.monotonic()
-        written, last = _progress(work, len(hosts))
-        if written != seen:
-            seen, moved = written, now
-        elif now - moved > stall_s:
-            raise EmulatorError(f"microbenchmarks made no progress for {stall_s:g} s "
-                                f"(last test started: {by_id[last]['name'] if last is not None else 'none'}); "
-                                f"logs in {work}")
-        if last is not None and last != shown and now - logged >= PROGRESS_EVERY_S:
-            log(f"microbenchmarks: test {last + 1}/{len(tests)} ({by_id[last]['op']} {by_id[last]['name']}), "
-                f"{now - t0:.0f} s")
-            shown, logged = last, now
-        emu.check_daemons()
-        time.sleep(1.0)
-    lines = [line for rank in range(len(hosts)) for line in read_lines(work / f"r{rank}.jsonl")]
-    bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
-    if bad:
-        reasons = [l.get("reason") for l in lines if l.get("event") == "failed"]
-        raise EmulatorError(f"microbenchmark rank {bad[0][0]} exited with {bad[0][1]}"
-                            + (f": {reasons[0]}" if reasons else f"; see {work}/r{bad[0][0]}.log"))
+    lines = run_ranks(hosts, spec, pool_of=pools.for_host, work=Path(out_dir) / "bench", env_of=env_of,
+                      stall_s=stall_s, describe=lambda tid: f"{by_id[tid]['op']} {by_id[tid]['name']}",
+                      poll=emu.check_daemons, log=log)
     return combine(tests, lines, topology=topology.source, view=view, dilation=k)

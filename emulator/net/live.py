@@ -9,7 +9,9 @@ exists); the diff against the plan in force (:func:`emulator.net.reshape.plan_ch
 run router by router; new delays handed to the delay daemons (``delayd
 --control``, acknowledged with the moment they took effect). :meth:`apply`
 returns that moment: the last command's return or daemon's acknowledgement,
-on the machine-wide monotonic clock.
+on the machine-wide monotonic clock. A router on another server of a
+:class:`emulator.net.multihost.ClusterEmulation` is changed there (:mod:`emulator.net.liveremote`),
+its moment put on this machine's clock.
 
 Use it from one thread at a time (a replay's event thread, or ``emulator check``'s step test); it
 runs the routers' commands in parallel, each router's as ``tc -batch`` / ``ip -batch`` processes.
@@ -26,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from emulator.net.delayd import write_control
 from emulator.net.layout import build_plan
+from emulator.net.liveremote import apply_remote, start_shells
 from emulator.net.reshape import RouterChange, plan_changes
 from spiderflow.errors import EmulatorError
 from spiderflow.simulate.changes import NetworkState
@@ -43,6 +46,9 @@ class LiveNetwork:
         self.down: frozenset = frozenset()
         self._seq = itertools.count(1)  # control-file sequence numbers (next() is atomic)
         self.commands = 0  # run so far (tc, ip)
+        self._shells: dict = {}  # ClusterEmulation: a shell ready in each router of another server
+        if getattr(emu, "is_remote", None):
+            start_shells(emu, self._shells)
 
     def live_topology(self) -> Topology:
         """Every link at its current figures, a down link at its last live ones (what is shaped)."""
@@ -76,10 +82,15 @@ class LiveNetwork:
         done = time.monotonic()
         self.commands += sum(len(c.commands) for c in changes)
         emu.plan, self.down = new, self.state.down
-        return max([done, *(self._ack(*a) for a in acks if a is not None)])
+        # a router on another server answered with its moment on our clock (liveremote); `done` counts
+        # when a router here changed (or nothing did), not the SSH calls' return
+        here = [done] if not changes or any(not isinstance(a, float) for a in acks) else []
+        return max([*here, *(a if isinstance(a, float) else self._ack(*a) for a in acks if a is not None)])
 
-    def _run(self, change: RouterChange) -> tuple | None:
+    def _run(self, change: RouterChange) -> tuple | float | None:
         emu = self.emu
+        if getattr(emu, "is_remote", None) and emu.is_remote(change.router):  # ClusterEmulation
+            return apply_remote(emu, change, next(self._seq), self._shells)
         pid = emu.node(change.router).pid
         emu.executor.run_batched(change.router, pid, [list(argv) for argv in change.commands])
         if not change.delays:

@@ -30,9 +30,9 @@ probes use to put both ends' stamps on one clock. Teardown: local processes (tun
 clients of remote processes), every node's shell, then each agent (it ends every process marked
 ``<run id>@<server>`` there and confirms), then the master connections.
 
+Live link changes (``--wan-events``) on remote routers: :mod:`emulator.net.liveremote`.
 Not yet: a WAN link between two servers neither of which is the first (the tunnel is made from
-here), live link changes (``--wan-events``, ``--step``) on remote routers, delay daemon
-statistics from remote routers.
+here), ``check --step`` on remote routers, delay daemon statistics from remote routers.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 import pytest
 
-from emulator.calibrate.opbench import CROSS_MAX_BYTES, MAX_BYTES, _progress, bench_tests, combine, configured
+from emulator.calibrate.opbench import CROSS_MAX_BYTES, MAX_BYTES, bench_tests, combine, configured
 from emulator.calibrate.opbench_worker import elements
 from emulator.calibrate.plans import hosts_needed, plan_cases
 from emulator.jobs.launch import emulated_view, ranks_per_cluster
@@ -59,18 +59,6 @@ def test_collective_time_runs_from_the_last_arrival_to_the_last_finish():
     assert rec["ranks"] == 4
     alpha, beta = configured(test, VIEW)
     assert alpha == pytest.approx(0.115) and beta == pytest.approx(0.35)  # the ring's worst hop
-
-
-def test_progress_counts_written_bytes_and_the_newest_test_a_rank_stamped(tmp_path):
-    # the watchdog of run_microbench: a run is alive while the rank files grow, however long it takes
-    assert _progress(tmp_path, 3) == (0, None)  # no rank has started
-    (tmp_path / "r0.jsonl").write_text('{"test": 3, "rep": 0}\n{"test": 4, "rep": 0}\n')
-    (tmp_path / "r2.jsonl").write_text('{"test": 2, "rep": 1}\n{"test": 7, "re')  # a line half written
-    written, last = _progress(tmp_path, 3)
-    assert written == len('{"test": 3, "rep": 0}\n{"test": 4, "rep": 0}\n{"test": 2, "rep": 1}\n{"test": 7, "re')
-    assert last == 4  # rank 2's finished lines are older; its half line is skipped
-    (tmp_path / "r1.jsonl").write_text('{"event": "done", "rank": 1}\n')
-    assert _progress(tmp_path, 3)[1] == 4
 
 
 def test_plan_set_mixes_shapes_and_fits_the_hosts():

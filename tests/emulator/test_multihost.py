@@ -2,9 +2,11 @@
 topology's ``server:`` keys, SSH command lines, clock-offset arithmetic, the summary of
 cross-server vs local links. Fixtures small enough to check by hand; no root, no network."""
 
+import os
 import shlex
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -17,7 +19,7 @@ from emulator.net.servers import ClockSample, Ssh, assign_clusters, load_topolog
 from spiderflow.errors import ConfigError, EmulatorError
 from spiderflow.topology import load_topology
 
-from .conftest import REPO
+from .conftest import REPO, TWO_CLUSTER_YAML
 
 DEFAULT = ("oregon", "virginia", "london", "tokyo")
 
@@ -242,8 +244,9 @@ def test_remote_shell_that_never_starts_fails_in_time(monkeypatch):
 
 @pytest.mark.parametrize("command", ["run", "compare"])
 def test_run_and_compare_take_servers_and_refuse_what_is_not_wired_in_one_line(command, tmp_path):
-    """Both commands parse --servers and check it before root: a bad server name, or --wan-events with
-    --servers, is one line and exit 2, with nothing written."""
+    """Both commands parse --servers and check it before root: a bad server name, or `run --cold-start`
+    with --servers, is one line and exit 2, with nothing written. --wan-events is taken with --servers
+    (issue 20): a bad events file is that file's own one-line error, not a refusal of the option."""
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "emulator", command, "--out", str(tmp_path / "o"), *args],
                               capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -251,5 +254,85 @@ def test_run_and_compare_take_servers_and_refuse_what_is_not_wired_in_one_line(c
     bad = cli("--servers", "localhost,-oProxyCommand=x")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--servers" in bad.stderr, bad.stderr
     events = cli("--servers", "localhost,gpu2", "--wan-events", str(REPO / "topologies/default.yaml"))
-    assert events.returncode == 2 and events.stderr.startswith("error: --wan-events: not supported with --servers")
-    assert events.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+    assert events.returncode == 2 and events.stderr.count("\n") == 1, events.stderr
+    assert "not supported" not in events.stderr and "header lacks column(s) time_s" in events.stderr
+    if command == "run":
+        cold = cli("--servers", "localhost,gpu2", "--cold-start")
+        assert cold.returncode == 2 and cold.stderr.startswith("error: --cold-start: not supported with --servers")
+        assert cold.stderr.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+CHAIN_YAML = """\
+name: chain
+clusters:
+  - {name: x, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
+  - {name: y, gpu: a100-80gb, nodes: 1, gpus_per_node: 8, server: s2}
+  - {name: z, gpu: a100-80gb, nodes: 1, gpus_per_node: 8, server: s3}
+links:
+  - {a: x, b: y, bandwidth_gbps: 1, latency_ms: 10}
+  - {a: y, b: z, bandwidth_gbps: 1, latency_ms: 10}
+"""
+
+
+def test_calibrate_takes_servers_and_checks_every_topologys_split_in_one_line(tmp_path):
+    """calibrate parses --servers and splits each --topology before root: a bad server name, a `server:`
+    pin that is not one of --servers, or a second topology whose split puts a link between two other
+    servers is one line and exit 2, with nothing written."""
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "emulator", "calibrate", "--out", str(tmp_path / "o"),
+                               "--no-plans", *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+
+    (tmp_path / "chain.yaml").write_text(CHAIN_YAML)
+    bad = cli("--servers", "localhost,-oProxyCommand=x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--servers" in bad.stderr, bad.stderr
+    pin = cli("--servers", "localhost,s2", "--topology", str(tmp_path / "chain.yaml"))
+    assert pin.returncode == 2 and pin.stderr.count("\n") == 1, pin.stderr
+    assert "clusters[2].server 's3' is not one of --servers (localhost, s2)" in pin.stderr
+    (tmp_path / "two.yaml").write_text(TWO_CLUSTER_YAML)  # east here, west on s2: buildable
+    split = cli("--servers", "localhost,s2,s3", "--topology", str(tmp_path / "two.yaml"),
+                "--topology", str(tmp_path / "chain.yaml"))
+    assert split.returncode == 2 and split.stderr.count("\n") == 1, split.stderr
+    assert "chain.yaml: link y-z joins servers s2 and s3" in split.stderr
+    assert not (tmp_path / "o").exists()
+
+
+DAEMON = """\
+import os, signal, sys, time
+from emulator.net.delayd import DelayStage, QueueSpec, _apply_control
+stage = DelayStage([QueueSpec(num=1, delay_ms=10.0)], None)
+signal.signal(signal.SIGHUP, lambda *_: _apply_control(sys.argv[1], stage))
+open(sys.argv[2], "w").write(str(os.getpid()))
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_remote_change_script_hands_delays_to_the_daemon_and_reads_its_ack(tmp_path):
+    """The script a remote router's live change runs on its server (emulator.net.liveremote), run here
+    without commands against delayd's own control handling: the control file is read and acknowledged
+    (`ack SEQ TIME`, TIME on the daemon's monotonic clock), a queue the daemon lacks is exit 3 with
+    the daemon's reason, and an unanswered signal is exit 4 when the ack does not come."""
+    from emulator.net.liveremote import remote_script
+
+    ctl, pidfile = str(tmp_path / "d.ctl"), str(tmp_path / "pid")
+    daemon = subprocess.Popen([sys.executable, "-c", DAEMON, ctl, pidfile], cwd=REPO, stdout=subprocess.PIPE)
+    try:
+        assert daemon.stdout.readline().strip() == b"ready"
+        t0 = time.monotonic()
+        done = subprocess.run(["sh", "-c", remote_script(1, [], ctl, pidfile, 7, ["1:45:0:0"])],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        word, seq, at = done.stdout.split()
+        assert (word, seq) == ("ack", "7") and t0 <= float(at) <= time.monotonic()
+        assert open(ctl).read() == "7\n1:45:0:0\n" and not os.path.exists(ctl + ".tmp")
+        refused = subprocess.run(["sh", "-c", remote_script(1, [], ctl, pidfile, 8, ["2:45:0:0"])],
+                                 capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 3 and "no queue 2 in this delay stage" in refused.stderr, refused
+    finally:
+        daemon.kill()
+        daemon.wait()
+    lost = subprocess.run(["sh", "-c", remote_script(1, [], ctl, pidfile, 9, ["1:5:0:0"]).replace("n=2500", "n=5")],
+                          capture_output=True, text=True, timeout=30)
+    assert lost.returncode != 0 and "ack" not in lost.stdout

@@ -237,3 +237,91 @@ def test_run_refuses_what_servers_do_not_take(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=60, env=os.environ)
     assert done.returncode == 2 and done.stderr.startswith("error: --cold-start: not supported with --servers")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------ emulator calibrate --servers
+def test_calibrate_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path):
+    """`emulator calibrate --servers`: west's bench ranks start from the other server's pool and write
+    in its scratch directory, never in --out; their lines come back here, so the cross-server p2p and
+    ring records are there at every size, and the WAN link fits its configured bandwidth and delay."""
+    from spiderflow.costmodel import load_calibration
+
+    (tmp_path / "two.yaml").write_text(TWO_CLUSTER_1G_YAML)
+    out = tmp_path / "cal"
+    argv = [PYTHON, "-m", "emulator", "calibrate", "--topology", str(tmp_path / "two.yaml"), "--no-plans",
+            "--samples", "1", "--out", str(out), "--json", "--servers", f"localhost,{NAME}",
+            "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=os.environ)
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = json.loads((out / "config.json").read_text())
+    source = str(tmp_path / "two.yaml")
+    assert config["servers"] == ["localhost", NAME] and config["tunnel"] == "vxlan"
+    assert config["assignment"] == {source: {"east": "localhost", "west": NAME}}
+    assert NAME in config["clock_offsets"][source]
+    records = [json.loads(x) for x in (out / "microbench.jsonl").read_text().splitlines()]
+    cross = {(r["op"], r["bytes"]) for r in records if sorted(r["clusters"]) == ["east", "west"]}
+    sizes = [4096 * 16 ** k for k in range(5)]
+    assert {("p2p", s) for s in sizes} <= cross and {("all_reduce", s) for s in sizes} <= cross
+    assert {r["name"] for r in records if r["scope"] == "intra" and r["op"] == "p2p"} == {"east", "west"}
+    bench = out / "bench-two" / "bench"
+    for rank in (2, 3):  # west's ranks: on the other server, their files copied back
+        spec = json.loads((bench / f"r{rank}.json").read_text())
+        assert spec["out"].endswith(f"/ranks/bench-two-r{rank}.jsonl") and not spec["out"].startswith(str(out))
+        lines = [json.loads(x) for x in (bench / f"r{rank}.jsonl").read_text().splitlines()]
+        assert lines[-1] == {"event": "done", "rank": rank} and (bench / f"r{rank}.log").exists()
+    wan = load_calibration(json.loads(done.stdout)["calibration"][0]).path("east", "west")
+    assert bandwidth_ok(1000.0, wan.beta_gbps * 1000) and delay_ok(10.0, wan.alpha_s * 1e3), wan
+    assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
+    assert not marked_for(NAME)
+    assert_no_leak()
+
+
+# ------------------------------------------------------------ live WAN changes on another server
+def test_live_wan_changes_on_the_other_servers_routers(second_server, state_dir, assert_no_leak):
+    """--wan-events with --servers (issue 20): the default topology split as `run` splits it (oregon,
+    virginia here; london, tokyo there), a change of the tunnelled virginia-london link and of
+    tokyo-london (both ends on the other server) is made there: the htb rate read back in the remote
+    routers' namespaces, the new delay measured end to end through the remote delay daemons (its
+    control file written there, acknowledged, the moment put on our clock)."""
+    from spiderflow.topology import load_topology
+    from spiderflow.wan import WanEvent
+
+    from emulator.net.live import LiveNetwork
+    from emulator.net.measure import measure_delays, targets
+
+    topo = load_topology(str(REPO / "topologies/default.yaml"))
+    servers = _servers(second_server)
+    servers.tunnel = "vxlan"
+    assignment = assign_clusters(topo.names, servers.names)
+    assert assignment == {"oregon": "localhost", "virginia": "localhost", "london": NAME, "tokyo": NAME}
+
+    def ev(a, b, gbps, ms):
+        return WanEvent(time_s=0.0, a=a, b=b, bandwidth_gbps=gbps, latency_ms=ms, up=True)
+
+    with ClusterEmulation(topo, NetConfig(hosts_per_cluster=1), servers=servers, assignment=assignment) as emu:
+        live = LiveNetwork(emu)
+        before = emu.run("london-gw", ["tc", "class", "show", "dev", "w-tokyo"]).stdout
+        t0 = time.monotonic()
+        applied = live.apply([ev("virginia", "london", 0.3, 45.0), ev("tokyo", "london", 0.3, 60.0)])
+        t1 = time.monotonic()
+        rates = {(gw, dev): emu.run(gw, ["tc", "class", "show", "dev", dev]).stdout
+                 for gw, dev in [("london-gw", "w-virginia"), ("london-gw", "w-tokyo"), ("tokyo-gw", "w-london"),
+                                 ("virginia-gw", "w-london")]}
+        pairs = [t for t in targets(emu) if t.kind == "wan" and {t.a, t.b} in ({"virginia", "london"},
+                                                                                {"tokyo", "london"})]
+        delays = measure_delays(emu, pairs, count=10)
+        mechanism = emu.mechanism
+        restored = live.restore()
+        after = emu.run("london-gw", ["tc", "class", "show", "dev", "w-tokyo"]).stdout
+    assert "rate 31367Kbit" not in before
+    for where, line in rates.items():  # 0.3 Gbit/s / scale 10, on the wire (framing): as on one server
+        assert "rate 31367Kbit" in line, (where, line)
+    # in force before apply() returned (the remote daemons' acks, on our clock), within the step test's 100 ms
+    assert t0 <= applied <= t1 and applied - t0 <= 0.1 and restored > applied, (t0, applied, t1)
+    assert "rate 31367Kbit" not in after
+    assert len(delays) == 4  # both directions of both links
+    for pair, (fwd, rev) in delays.items():
+        want = 45.0 if "virginia-h0" in pair else 60.0
+        assert delay_ok(want, fwd) and delay_ok(want, rev), (mechanism, pair, fwd, rev)
+    assert_no_leak()
+    assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
