@@ -27,7 +27,8 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
   jobs end (their expected ends, which the driver keeps in
   ``expected_end_s``: the simulator's completion events, the emulator's
   predictions), at the next :data:`LOOKAHEAD` distinct end times (and at the
-  end it chose to wait for before, while those jobs run), and waits
+  end it chose to wait for before, while those jobs run, and at the first end
+  from which the GPUs of its plan with the whole topology are all free), and waits
   when one of those finishes the job sooner by more than :data:`WAIT_MARGIN`
   of its run time. Its plan with the whole topology to itself (once per job and
   topology) bounds what waiting can buy: a job already that fast now starts at
@@ -126,7 +127,7 @@ class JobRecord:
     admission: str = ""  # the last admission decision and why (SpinSearch with wait)
     waits_for: tuple[str, ...] = ()  # the running jobs whose ends it last chose to wait for (admission)
     reservation: _Reservation | None = None  # while it waits by choice: the GPUs it expects, and when
-    alone: tuple[Topology, float] | None = None  # (topology, its run time there with every GPU free): admission
+    alone: tuple[Topology, float, dict] | None = None  # (topology, run time and GPUs of its plan with all free)
 
     @property
     def completed(self) -> bool:
@@ -388,11 +389,25 @@ class Scheduler:
         if rec.alone is None or rec.alone[0] is not self.topo:
             req = self._request(rec.job, {c.name: c.total_gpus for c in self.topo.clusters}, {})
             try:
-                run_s = self._run_s(rec, self._place(rec, req), req)
+                placement = self._place(rec, req)
+                run_s, gpus = self._run_s(rec, placement, req), dict(placement.plan.placement)
             except InfeasiblePlan:
-                run_s = float("inf")
-            rec.alone = (self.topo, run_s)
+                run_s, gpus = float("inf"), {}
+            rec.alone = (self.topo, run_s, gpus)
         return rec.alone[1]
+
+    def _first_fit_end(self, gpus: dict[str, int]) -> float | None:
+        """The first expected end of a running job from which ``gpus`` (per cluster) are all free."""
+        short = {c: g - self.free[c] for c, g in gpus.items() if g > self.free[c]}  # GPUs still to free
+        for r in sorted((r for r in self.running if r.expected_end_s is not None), key=lambda r: r.expected_end_s):
+            for c, g in r.placement.items():
+                if c in short:
+                    short[c] -= g
+                    if short[c] <= 0:
+                        del short[c]
+            if not short:
+                return r.expected_end_s  # jobs ending at the same moment: the last of them
+        return None
 
     def _waits(self, rec: JobRecord, placement: Placement, req: PlacementRequest, now: float) -> bool:
         """Admission: plan ``rec`` on what the next running jobs to end will leave free; wait (and
@@ -416,6 +431,11 @@ class Scheduler:
                   if r.job.job_id in rec.waits_for and r.expected_end_s is not None]
         if waited and max(waited) not in candidates:
             candidates.append(max(waited))
+        # and the first end from which its plan with the whole topology fits: when the next ends free
+        # only scattered GPUs, every nearer option can be many times slower than that one
+        fit = self._first_fit_end(rec.alone[2]) if rec.alone[2] else None
+        if fit is not None and fit not in candidates:
+            candidates.append(fit)
         best = None
         for t in sorted(candidates):
             t = max(t, now)

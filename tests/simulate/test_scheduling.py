@@ -271,6 +271,26 @@ def test_the_look_ahead_stops_at_the_first_end_that_gives_the_job_its_best_plan(
     assert calls == [{"a": 4, "b": 4}, {"a": 8, "b": 8}, {"a": 8, "b": 4}]  # now, alone, at r1's end only
 
 
+def test_the_look_ahead_also_weighs_the_first_end_that_frees_the_jobs_best_gpus():
+    """long's best plan is a's 8 fast GPUs, which r4 frees at t = 4; the next three ends (r1-r3 on c)
+    free only slow GPUs, no better than b's 8 free now. Within those three ends it would start now on
+    b; the end that frees its whole-topology plan's GPUs is weighed too, and it waits for a."""
+    topo = parse_topology({"name": "fss", "clusters": [
+        {"name": "a", "gpu": "h100", "nodes": 1, "gpus_per_node": 8},
+        {"name": "b", "gpu": "v100", "nodes": 1, "gpus_per_node": 8},
+        {"name": "c", "gpu": "v100", "nodes": 1, "gpus_per_node": 8}],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 0.1, "latency_ms": 30.0},
+                  {"a": "b", "b": "c", "bandwidth_gbps": 0.1, "latency_ms": 30.0}]})
+    sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+    r1, r2, r3, r4, long = _records([job(0, 2), job(1, 2), job(2, 2), job(3, 8), job(4, 8, iterations=400)])
+    _running(sched, topo, [r1, r2, r3, r4], "ccca", [1.0, 2.0, 3.0, 4.0])
+    calls = _counting(sched)
+    sched.schedule([long], now=0.1)
+    assert long.status == "queued" and long.reservation.gpus == {"a": 8} and long.reservation.at_s == 4.0
+    assert long.waits_for == ("j0", "j1", "j2", "j3")
+    assert {"a": 8, "b": 8, "c": 8} in calls  # planned at r4's end
+
+
 def test_spinsearch_answers_are_reused_for_a_job_of_the_same_shape_in_the_same_state():
     """Admission asks about the same states again and again: a job of the same shape asked about the
     same free GPUs and load gets the plan SpinSearch gave the first, as its own (its job in the plan,
