@@ -33,6 +33,7 @@ from pathlib import Path
 
 from emulator.jobs.pool import REPO, RankPool
 from emulator.jobs.ranklog import read_lines
+from emulator.jobs.remotepool import by_pool, fetch_back
 from emulator.jobs.replay import local_mono_s
 from emulator.net.state import MARKER_ENV
 from spiderflow.errors import EmulatorError
@@ -101,11 +102,8 @@ def start_rank(pool: RankPool, rank: int, host: BenchHost, spec: dict, work: Pat
 
 
 def _by_pool(ranks: list[BenchRank]) -> list[list[BenchRank]]:
-    groups: dict[int, list[BenchRank]] = {}
-    for r in ranks:
-        if r.remote and not r.fetched:
-            groups.setdefault(id(r.pool), []).append(r)
-    return list(groups.values())
+    """The remote ranks whose files are still there, grouped by their pool."""
+    return by_pool(r for r in ranks if r.remote and not r.fetched)
 
 
 def written_bytes(ranks: list[BenchRank]) -> int:
@@ -137,15 +135,12 @@ def collect(ranks: list[BenchRank], work: Path, log: Callable[[str], None]) -> N
     for group in _by_pool(ranks):
         pool = group[0].pool
         try:
-            lines = pool.fetch([r.out for r in group], remove=True)
-            logs = pool.fetch([r.log for r in group], max_bytes=LOG_FETCH_BYTES, remove=True)
+            fetch_back(pool, [(r.out, work / f"r{r.rank}.jsonl", r.log, work / f"r{r.rank}.log") for r in group],
+                       max_log_bytes=LOG_FETCH_BYTES)
         except EmulatorError as exc:
             log(f"could not copy the bench ranks' files from {getattr(pool, 'server', 'its server')}: {exc}")
             continue
         for r in group:
-            for data, here in ((lines[r.out], work / f"r{r.rank}.jsonl"), (logs[r.log], work / f"r{r.rank}.log")):
-                if data is not None:
-                    here.write_bytes(data)
             r.fetched = True
 
 

@@ -41,8 +41,9 @@ from emulator.net.state import MARKER_ENV
 from spiderflow.errors import EmulatorError
 
 
-def _by_pool(ranks) -> list[list]:
-    """Remote ranks (``Rank.pool`` set) grouped by their pool, in order."""
+def by_pool(ranks) -> list[list]:
+    """Ranks with a ``pool`` (not None) grouped by it, in order: a replay's remote ranks, or
+    calibrate's bench ranks (:mod:`emulator.calibrate.benchranks`)."""
     groups: dict[int, list] = {}
     for r in ranks:
         if r.pool is not None:
@@ -50,10 +51,22 @@ def _by_pool(ranks) -> list[list]:
     return list(groups.values())
 
 
+def fetch_back(pool, files: list[tuple[str, Path, str, Path]], *, max_log_bytes: int) -> None:
+    """For each ``(lines there, lines here, log there, log here)``: copy the JSON lines and the log (at
+    most ``max_log_bytes``) from ``pool``'s server and remove them there, one request each for all;
+    a file that is not there is skipped. EmulatorError when the pool does not answer."""
+    lines = pool.fetch([f[0] for f in files], remove=True)
+    logs = pool.fetch([f[2] for f in files], max_bytes=max_log_bytes, remove=True)
+    for there, here, log_there, log_here in files:
+        for data, path in ((lines[there], here), (logs[log_there], log_here)):
+            if data is not None:
+                Path(path).write_bytes(data)
+
+
 def ask_sizes(ranks, *, log: Callable[[str], None]) -> None:
     """Each remote rank's ``remote_sizes``: its JSON lines' and log's sizes on its server, one
     request per server (:class:`emulator.jobs.replay.Rank`)."""
-    for group in _by_pool(ranks):
+    for group in by_pool(ranks):
         try:
             sizes = group[0].pool.stat([p for r in group for p in (r.spec.out, r.remote_log) if p])
         except EmulatorError as exc:  # the pool is gone: its ranks report -9 and fail their job
@@ -66,19 +79,15 @@ def ask_sizes(ranks, *, log: Callable[[str], None]) -> None:
 def collect(ranks, rank_dir: Path, *, prefix: str, max_log_bytes: int, log: Callable[[str], None]) -> None:
     """Copy each remote rank's JSON lines and log (at most ``max_log_bytes``) from its server to
     ``rank_dir/<prefix>-r<rank>.jsonl`` and its ``log`` here, and remove them there; once per rank."""
-    for group in _by_pool(r for r in ranks if r.remote_log is not None):
+    for group in by_pool(r for r in ranks if r.remote_log is not None):
         pool = group[0].pool
         try:
-            lines = pool.fetch([r.spec.out for r in group], remove=True)
-            logs = pool.fetch([r.remote_log for r in group], max_bytes=max_log_bytes, remove=True)
+            fetch_back(pool, [(r.spec.out, rank_dir / f"{prefix}-r{r.spec.rank}.jsonl", r.remote_log, r.log)
+                              for r in group], max_log_bytes=max_log_bytes)
         except EmulatorError as exc:
             log(f"could not copy its ranks' files from {pool.server}: {exc}")
             continue
         for r in group:
-            for data, here in ((lines[r.spec.out], rank_dir / f"{prefix}-r{r.spec.rank}.jsonl"),
-                               (logs[r.remote_log], r.log)):
-                if data is not None:
-                    Path(here).write_bytes(data)
             r.remote_log = None  # collected (and gone there)
 
 

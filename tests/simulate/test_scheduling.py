@@ -141,6 +141,16 @@ def fast_and_slow():
         "links": [{"a": "a", "b": "b", "bandwidth_gbps": 0.1, "latency_ms": 30.0}]})
 
 
+def fast_slow_slow():
+    """fast_and_slow with a second slow cluster c behind b: a - b - c, thin links."""
+    return parse_topology({"name": "fss", "clusters": [
+        {"name": "a", "gpu": "h100", "nodes": 1, "gpus_per_node": 8},
+        {"name": "b", "gpu": "v100", "nodes": 1, "gpus_per_node": 8},
+        {"name": "c", "gpu": "v100", "nodes": 1, "gpus_per_node": 8}],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 0.1, "latency_ms": 30.0},
+                  {"a": "b", "b": "c", "bandwidth_gbps": 0.1, "latency_ms": 30.0}]})
+
+
 def test_spinsearch_waits_for_fast_gpus_and_lets_others_pass():
     topo = fast_and_slow()
     short = job(0, 4, iterations=3)  # takes half of a briefly
@@ -180,12 +190,7 @@ def test_a_waiting_job_keeps_the_end_it_waits_for_when_shorter_jobs_pass_it():
     """long waits for short's end on the fast cluster a; small jobs then start beside it on c and
     end sooner, filling the look-ahead's first ends. It must still see short's end (else it forgets
     what it waits for and starts now on slow b: what the emulator did with paper8-16's w2)."""
-    topo = parse_topology({"name": "fss", "clusters": [
-        {"name": "a", "gpu": "h100", "nodes": 1, "gpus_per_node": 8},
-        {"name": "b", "gpu": "v100", "nodes": 1, "gpus_per_node": 8},
-        {"name": "c", "gpu": "v100", "nodes": 1, "gpus_per_node": 8}],
-        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 0.1, "latency_ms": 30.0},
-                  {"a": "b", "b": "c", "bandwidth_gbps": 0.1, "latency_ms": 30.0}]})
+    topo = fast_slow_slow()
     sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
     short, long, *small = _records([job(0, 4, iterations=3), job(1, 8, iterations=400)]
                                    + [job(2 + i, 2, iterations=3) for i in range(4)])
@@ -275,12 +280,7 @@ def test_the_look_ahead_also_weighs_the_first_end_that_frees_the_jobs_best_gpus(
     """long's best plan is a's 8 fast GPUs, which r4 frees at t = 4; the next three ends (r1-r3 on c)
     free only slow GPUs, no better than b's 8 free now. Within those three ends it would start now on
     b; the end that frees its whole-topology plan's GPUs is weighed too, and it waits for a."""
-    topo = parse_topology({"name": "fss", "clusters": [
-        {"name": "a", "gpu": "h100", "nodes": 1, "gpus_per_node": 8},
-        {"name": "b", "gpu": "v100", "nodes": 1, "gpus_per_node": 8},
-        {"name": "c", "gpu": "v100", "nodes": 1, "gpus_per_node": 8}],
-        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 0.1, "latency_ms": 30.0},
-                  {"a": "b", "b": "c", "bandwidth_gbps": 0.1, "latency_ms": 30.0}]})
+    topo = fast_slow_slow()
     sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
     r1, r2, r3, r4, long = _records([job(0, 2), job(1, 2), job(2, 2), job(3, 8), job(4, 8, iterations=400)])
     _running(sched, topo, [r1, r2, r3, r4], "ccca", [1.0, 2.0, 3.0, 4.0])
