@@ -89,6 +89,13 @@ class TopologyView:
         return self._memo[key]
 
     def intra(self, cluster: str, *, spans_nodes: bool) -> Channel:
+        key = ("intra", cluster, spans_nodes)
+        chan = self._memo.get(key)
+        if chan is None:
+            chan = self._memo[key] = self._intra(cluster, spans_nodes)
+        return chan
+
+    def _intra(self, cluster: str, spans_nodes: bool) -> Channel:
         # A calibration's intra entry is the inter-node network it measured (the emulator's hosts),
         # never NVLink inside a node.
         cal = self.calibration.intra.get(cluster) if spans_nodes else None

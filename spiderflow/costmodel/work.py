@@ -84,11 +84,20 @@ class PlanWork:
 def stage_syncs(plan: Plan, view: TopologyView) -> list[tuple[float, tuple[str, ...], float]]:
     """Per stage: (intra-cluster sync seconds, its replicas' clusters in order of first appearance,
     its gradient bytes)."""
+    # a stage's entry depends on these, its tp, layer range and its replicas' clusters only
+    # (memoised on the view: the search loops price many plans of one job that repeat stages)
+    memo, shared, last = view._memo, ("syncs", plan.job.model, plan.dp), plan.job.spec.layers
     out = []
     for i, stage in enumerate(plan.stages):
-        clusters = tuple(dict.fromkeys(rep[i].cluster for rep in plan.replicas))
-        params = stage_params(plan, stage)
-        out.append((intra_sync_s(plan, i, view, params), clusters, float(params * GRAD_BYTES_PER_PARAM)))
+        at = tuple(rep[i].cluster for rep in plan.replicas)
+        key = (shared, stage.tp, stage.layer_start == 0, stage.layer_end - stage.layer_start,
+               stage.layer_end == last, at)
+        hit = memo.get(key)
+        if hit is None:
+            params = stage_params(plan, stage)
+            hit = memo[key] = (intra_sync_s(plan, i, view, params), tuple(dict.fromkeys(at)),
+                               float(params * GRAD_BYTES_PER_PARAM))
+        out.append(hit)
     return out
 
 
@@ -103,9 +112,18 @@ def replica_work(plan: Plan, view: TopologyView, replica: int,
     def boundary(a: str, b: str) -> float:
         return group if a == b else plan.dp * group
 
+    # a stage's compute depends on these and its (cluster, tp, layers, last) only: the search
+    # loops price many plans of one job whose stages repeat them (memoised on the view)
+    job = plan.job
+    memo, shared = view._memo, ("compute", job.model, job.seq_len, plan.micro_batch_size, plan.recompute)
+    last = job.spec.layers
     out = []
     for i, st in enumerate(stages):
-        fwd, bwd = stage_compute_s(plan, st, view.topology, view.calibration)
+        key = (shared, st.cluster, st.tp, st.layer_end - st.layer_start, st.layer_end == last)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = stage_compute_s(plan, st, view.topology, view.calibration)
+        fwd, bwd = hit
         prev_c = stages[i - 1].cluster if i > 0 else None
         next_c = stages[i + 1].cluster if i + 1 < depth else None
         rank = replica * depth + i
@@ -148,12 +166,17 @@ def self_crowd(plan: Plan, topology: Topology) -> tuple[tuple[tuple[str, str], i
     along the topology's routes), with how many: a 3-stage pipeline a -> c -> b whose a -> c
     route runs through b sends c's input and b's gradient for c over b -> c at once. Those
     transfers share the hop (:meth:`~spiderflow.costmodel.network.TopologyView.p2p_crowded`)."""
+    return chains_crowd([[s.cluster for s in rep] for rep in plan.replicas], topology)
+
+
+def chains_crowd(chains: list[list[str]], topology: Topology) -> tuple[tuple[tuple[str, str], int], ...]:
+    """:func:`self_crowd` of pipelines whose stages sit in these clusters (one list per replica)."""
     counts: dict[tuple[str, str], int] = {}
-    for rep in plan.replicas:
+    for rep in chains:
         for s, t in zip(rep, rep[1:]):
-            if s.cluster == t.cluster:
+            if s == t:
                 continue
-            for a, b in ((s.cluster, t.cluster), (t.cluster, s.cluster)):
+            for a, b in ((s, t), (t, s)):
                 path = topology.path(a, b)
                 for hop in zip(path.clusters, path.clusters[1:]):
                     counts[hop] = counts.get(hop, 0) + 1

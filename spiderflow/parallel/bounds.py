@@ -18,27 +18,36 @@ make that search cheaper while keeping its result identical:
 Why the bound is a floor under ``estimate`` (:mod:`spiderflow.costmodel.schedule`):
 ``estimate = max(pipeline, sync ends)`` per distinct replica, with
 ``pipeline = (m - 1) * period + sum(work) + 2 * sum(p2p)``. The bound uses each
-stage's work without recomputation (recomputation only adds a forward; ZeRO-1
-changes memory, not time), the exact p2p and sync times (they do not depend on
-the memory levers), and for ``period`` only the single-stage and adjacent-pair
-terms of estimate's maximum. Each term is at most estimate's, and estimate is
-non-decreasing in every one of them; a stage's sync-ready time
-``pipeline - sum(backward before it)`` is too, since ``pipeline`` grows by at
-least the sum of all stages' extra work. A ring's inter-cluster phases run one
-after the other, so its last one ends no earlier than the earliest start plus
-their sum. Cost: O(S) per candidate, against ``estimate``'s O(S^2) plus the
-plan and work items it builds.
+stage's work without recomputation unless told the plan recomputes
+(recomputation only adds a forward; ZeRO-1 changes memory, not time), the
+exact p2p (over the hops the plan's own transfers crowd, as estimate prices
+them) and sync times (they do not depend on the memory levers), and for
+``period`` only the single-stage and adjacent-pair terms of estimate's maximum.
+Each term is at most estimate's, and estimate is non-decreasing in every one of
+them; a stage's sync-ready time ``pipeline - sum(backward before it)`` is too,
+since ``pipeline`` grows by at least the sum of all stages' extra work. A ring's
+inter-cluster phases run one after the other, so its last one ends no earlier
+than the earliest start plus their sum. Cost: O(S) per candidate, against
+``estimate``'s O(S^2) plus the plan and work items it builds.
+
+How tight it is decides how many candidates TPA fits and estimates. Without the
+crowded hops it was 1.2-2.4x under the estimate of 512-GPU plans near the best
+on the 64-cluster topology (long chains route through each other), and every
+one of those was estimated; with them and the recomputation term, the
+estimates of those plans equal their floors (all windows of stages instead of
+adjacent pairs were tried too: O(S^2), and slower overall).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spiderflow.costmodel.memory import GB, USABLE_FRACTION
 from spiderflow.costmodel.network import Channel, TopologyView
 from spiderflow.costmodel.stages import ring_allreduce_s, wan_sync_s
+from spiderflow.costmodel.work import chains_crowd
 from spiderflow.parallel.shapes import Shape
 from spiderflow.workload import (GRAD_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
                                  WEIGHT_BYTES_PER_PARAM, Job)
@@ -118,10 +127,37 @@ def _segment(job: Job, cluster: str, tp: int, view: TopologyView) -> tuple[float
     return hit
 
 
+class _Channels:
+    """Channels between the clusters of one shape's chain as ``estimate`` prices its sends: over
+    the hops the plan's own transfers crowd (:func:`~spiderflow.costmodel.work.crowd_of`; only the
+    order of each replica's clusters matters, so every shape of a chain shares it). One per chain
+    and view (:meth:`of`), each channel looked up once."""
+
+    def __init__(self, view: TopologyView, crowd: tuple) -> None:
+        self.view, self.crowd, self._known = view, crowd, {}
+
+    @classmethod
+    def of(cls, shape: Shape, view: TopologyView) -> _Channels:
+        chains = tuple(tuple(c for c, _, _ in rep) for rep in shape.replicas)
+        key = ("bound-channels", chains)
+        hit = view._memo.get(key)
+        if hit is None:
+            hit = view._memo[key] = cls(view, chains_crowd(chains, view.topology) if view.shares_links else ())
+        return hit
+
+    def __call__(self, a: str, b: str) -> Channel:
+        chan = self._known.get((a, b))
+        if chan is None:
+            view = self.view
+            chan = self._known[a, b] = view.p2p_crowded(a, b, self.crowd) if self.crowd else view.p2p(a, b)
+        return chan
+
+
 @dataclass(frozen=True)
 class _Replica:
     work: tuple[float, ...]  # per stage, F + B without recomputation, per sequence of micro-batch
     bwd: tuple[float, ...]  # B without recomputation, per sequence
+    fwd: tuple[float, ...]  # F, per sequence: what recomputation adds to B
     # per stage: (alpha_s, bytes per sequence / beta) forward to the next and backward to the previous
     send_f: tuple[tuple[float, float], ...]
     send_b: tuple[tuple[float, float], ...]
@@ -157,6 +193,7 @@ class ShapeBound:
                        if len(clusters) > 1 else (0.0, ()))
         lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
         group = spec.boundary_bytes(1, s)
+        channel = _Channels.of(shape, view)
         self.replicas: list[_Replica] = []
         seen: set = set()
         for rep, layout in zip(shape.replicas, layouts):
@@ -164,31 +201,36 @@ class ShapeBound:
                 continue
             seen.add(rep)
             per_cluster = {(cluster, tp): _segment(job, cluster, tp, view) for cluster, tp, _ in rep}
-            work, bwd, send_f, send_b = [], [], [], []
+            work, bwd, fwds, send_f, send_b = [], [], [], [], []
             for i, (cluster, tp) in enumerate(layout):
                 speed, tp_s = per_cluster[cluster, tp]
                 fwd = (counts[i] * lf + (hf if i == S - 1 else 0.0)) / speed
                 work.append(3 * fwd + 2 * counts[i] * tp_s)
                 bwd.append(2 * fwd + counts[i] * tp_s)
-                send_f.append(self._send(view, cluster, layout[i + 1][0], group, shape.dp)
+                fwds.append(fwd + counts[i] * tp_s)
+                send_f.append(self._send(channel, cluster, layout[i + 1][0], group, shape.dp)
                               if i + 1 < S else (0.0, 0.0))
-                send_b.append(self._send(view, cluster, layout[i - 1][0], group, shape.dp)
+                send_b.append(self._send(channel, cluster, layout[i - 1][0], group, shape.dp)
                               if i > 0 else (0.0, 0.0))
-            self.replicas.append(_Replica(tuple(work), tuple(bwd), tuple(send_f), tuple(send_b),
+            self.replicas.append(_Replica(tuple(work), tuple(bwd), tuple(fwds), tuple(send_f), tuple(send_b),
                                           tuple(sync_s), tuple(wan)))
 
     @staticmethod
-    def _send(view: TopologyView, a: str, b: str, group: int, dp: int) -> tuple[float, float]:
-        chan = view.p2p(a, b)
+    def _send(channel: _Channels, a: str, b: str, group: int, dp: int) -> tuple[float, float]:
+        chan = channel(a, b)
         nbytes = group if a == b else dp * group
         return chan.alpha_s, nbytes / chan.bytes_per_s
 
-    def bound(self, b: int, m: int) -> float:
-        """A floor under ``estimate`` of this shape's plan with micro-batches of ``b``, ``m`` of them."""
-        return max(self._replica_bound(r, b, m) for r in self.replicas) * (1 - SAFETY)
+    def bound(self, b: int, m: int, recompute: bool = False) -> float:
+        """A floor under ``estimate`` of this shape's plan with micro-batches of ``b``, ``m`` of them
+        (with full recomputation: each backward also runs its forward again, as ``estimate`` prices it)."""
+        return max(self._replica_bound(r, b, m, recompute) for r in self.replicas) * (1 - SAFETY)
 
     @staticmethod
-    def _replica_bound(r: _Replica, b: int, m: int) -> float:
+    def _replica_bound(r: _Replica, b: int, m: int, recompute: bool = False) -> float:
+        if recompute:
+            r = replace(r, work=tuple(w + f for w, f in zip(r.work, r.fwd)),
+                        bwd=tuple(w + f for w, f in zip(r.bwd, r.fwd)))
         work = [b * w for w in r.work]
         sf = [a + b * t for a, t in r.send_f]
         sb = [a + b * t for a, t in r.send_b]
@@ -226,6 +268,7 @@ class QuickBound:
         lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
         group = spec.boundary_bytes(1, s)
         L = spec.layers
+        channel = _Channels.of(shape, view)
         self.replicas: list[tuple[float, float, float, float, float]] = []
         seen: set = set()
         for rep in shape.replicas:
@@ -253,8 +296,8 @@ class QuickBound:
                     back_bytes += (pp - 1) * group / chan.bytes_per_s
                     widest = max(widest, group / chan.bytes_per_s)
                 if j + 1 < len(rep):  # the WAN boundary to the next segment
-                    chan = view.p2p(cluster, rep[j + 1][0])
-                    back = view.p2p(rep[j + 1][0], cluster)
+                    chan = channel(cluster, rep[j + 1][0])
+                    back = channel(rep[j + 1][0], cluster)
                     alpha_sum += chan.alpha_s
                     bytes_sum += shape.dp * group / chan.bytes_per_s
                     widest = max(widest, shape.dp * group / chan.bytes_per_s)

@@ -232,6 +232,13 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
         plan = _fit(job, shape, b, m, view, counts)
         if plan is None:
             continue
+        if plan.recompute:  # its backward runs the forward again: a higher floor may settle it unscored
+            floor_r = floor.bound(b, m, recompute=True)
+            if floor_r >= beat:
+                cut = True
+                continue
+            if len(scored) == k and floor_r > -scored[0][0]:
+                continue
         item = (-estimate(plan, view), -index, plan)
         if len(scored) < k:
             heapq.heappush(scored, item)

@@ -58,7 +58,7 @@ class Link:
     jitter_ms: float = 0.0
     loss_pct: float = 0.0
 
-    @property
+    @cached_property
     def key(self) -> tuple[str, str]:
         """Orientation-free identity of the link."""
         return (self.a, self.b) if self.a < self.b else (self.b, self.a)
@@ -69,11 +69,12 @@ class Path:
     clusters: tuple[str, ...]
     links: tuple[Link, ...]
 
-    @property
+    # cached: the cost model reads them for every transfer it prices (a Path never changes)
+    @cached_property
     def latency_ms(self) -> float:
         return sum(link.latency_ms for link in self.links)
 
-    @property
+    @cached_property
     def bandwidth_gbps(self) -> float:
         return min((link.bandwidth_gbps for link in self.links), default=float("inf"))
 
