@@ -131,10 +131,10 @@ class _Channels:
     """Channels between the clusters of one shape's chain as ``estimate`` prices its sends: over
     the hops the plan's own transfers crowd (:func:`~spiderflow.costmodel.work.crowd_of`; only the
     order of each replica's clusters matters, so every shape of a chain shares it). One per chain
-    and view (:meth:`of`), each channel looked up once."""
+    and view (:meth:`of`, kept in the view's memo), each channel looked up once."""
 
-    def __init__(self, view: TopologyView, crowd: tuple) -> None:
-        self.view, self.crowd, self._known = view, crowd, {}
+    def __init__(self, crowd: tuple) -> None:
+        self.crowd, self._known = crowd, {}
 
     @classmethod
     def of(cls, shape: Shape, view: TopologyView) -> _Channels:
@@ -142,13 +142,12 @@ class _Channels:
         key = ("bound-channels", chains)
         hit = view._memo.get(key)
         if hit is None:
-            hit = view._memo[key] = cls(view, chains_crowd(chains, view.topology) if view.shares_links else ())
+            hit = view._memo[key] = cls(chains_crowd(chains, view.topology) if view.shares_links else ())
         return hit
 
-    def __call__(self, a: str, b: str) -> Channel:
+    def get(self, view: TopologyView, a: str, b: str) -> Channel:
         chan = self._known.get((a, b))
         if chan is None:
-            view = self.view
             chan = self._known[a, b] = view.p2p_crowded(a, b, self.crowd) if self.crowd else view.p2p(a, b)
         return chan
 
@@ -208,16 +207,15 @@ class ShapeBound:
                 work.append(3 * fwd + 2 * counts[i] * tp_s)
                 bwd.append(2 * fwd + counts[i] * tp_s)
                 fwds.append(fwd + counts[i] * tp_s)
-                send_f.append(self._send(channel, cluster, layout[i + 1][0], group, shape.dp)
-                              if i + 1 < S else (0.0, 0.0))
-                send_b.append(self._send(channel, cluster, layout[i - 1][0], group, shape.dp)
-                              if i > 0 else (0.0, 0.0))
+                send_f.append(self._send(channel.get(view, cluster, layout[i + 1][0]), cluster,
+                                         layout[i + 1][0], group, shape.dp) if i + 1 < S else (0.0, 0.0))
+                send_b.append(self._send(channel.get(view, cluster, layout[i - 1][0]), cluster,
+                                         layout[i - 1][0], group, shape.dp) if i > 0 else (0.0, 0.0))
             self.replicas.append(_Replica(tuple(work), tuple(bwd), tuple(fwds), tuple(send_f), tuple(send_b),
                                           tuple(sync_s), tuple(wan)))
 
     @staticmethod
-    def _send(channel: _Channels, a: str, b: str, group: int, dp: int) -> tuple[float, float]:
-        chan = channel(a, b)
+    def _send(chan: Channel, a: str, b: str, group: int, dp: int) -> tuple[float, float]:
         nbytes = group if a == b else dp * group
         return chan.alpha_s, nbytes / chan.bytes_per_s
 
@@ -296,8 +294,8 @@ class QuickBound:
                     back_bytes += (pp - 1) * group / chan.bytes_per_s
                     widest = max(widest, group / chan.bytes_per_s)
                 if j + 1 < len(rep):  # the WAN boundary to the next segment
-                    chan = channel(cluster, rep[j + 1][0])
-                    back = channel(rep[j + 1][0], cluster)
+                    chan = channel.get(view, cluster, rep[j + 1][0])
+                    back = channel.get(view, rep[j + 1][0], cluster)
                     alpha_sum += chan.alpha_s
                     bytes_sum += shape.dp * group / chan.bytes_per_s
                     widest = max(widest, shape.dp * group / chan.bytes_per_s)

@@ -60,7 +60,7 @@ class PlacementRequest:
     def _matrix_view(self) -> TopologyView:
         return MatrixView(self.topology, self.calibration)
 
-    @property
+    @cached_property
     def candidates(self) -> tuple[str, ...]:
         names = self.allowed or self.topology.names
         return tuple(c for c in names if self.free_gpus.get(c, 0) > 0)
