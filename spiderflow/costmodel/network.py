@@ -73,7 +73,9 @@ class TopologyView:
         ``(from, to)`` to how many of the job's transfers cross it in that direction (see
         :func:`spiderflow.costmodel.work.self_crowd`); on a hop crossed by k of them each gets 1/k
         of what the view gives that link, as on a ring (:meth:`ring`). The published planners'
-        matrix view does not see it (``shares_links`` False)."""
+        matrix view does not see it (``shares_links`` False). No crowd: ``p2p(a, b)``."""
+        if not crowd:
+            return self.p2p(a, b)
         key = ("p2p-crowded", a, b, crowd)
         if key not in self._memo:
             base = self.p2p(a, b)

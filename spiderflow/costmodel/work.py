@@ -25,6 +25,7 @@ of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -169,7 +170,7 @@ def self_crowd(plan: Plan, topology: Topology) -> tuple[tuple[tuple[str, str], i
     return chains_crowd([[s.cluster for s in rep] for rep in plan.replicas], topology)
 
 
-def chains_crowd(chains: list[list[str]], topology: Topology) -> tuple[tuple[tuple[str, str], int], ...]:
+def chains_crowd(chains: Sequence[Sequence[str]], topology: Topology) -> tuple[tuple[tuple[str, str], int], ...]:
     """:func:`self_crowd` of pipelines whose stages sit in these clusters (one list per replica)."""
     counts: dict[tuple[str, str], int] = {}
     for rep in chains:
@@ -192,10 +193,10 @@ def price(items: list[RankWork], view: TopologyView,
     for w in items:
         send_f = lat_f = send_b = lat_b = 0.0
         if w.next_cluster is not None:
-            chan = view.p2p_crowded(w.cluster, w.next_cluster, crowd) if crowd else view.p2p(w.cluster, w.next_cluster)
+            chan = view.p2p_crowded(w.cluster, w.next_cluster, crowd)
             send_f, lat_f = chan.time(w.next_bytes), chan.alpha_s
         if w.prev_cluster is not None:
-            chan = view.p2p_crowded(w.cluster, w.prev_cluster, crowd) if crowd else view.p2p(w.cluster, w.prev_cluster)
+            chan = view.p2p_crowded(w.cluster, w.prev_cluster, crowd)
             send_b, lat_b = chan.time(w.prev_bytes), chan.alpha_s
         wan = wan_sync_s(w.grad_bytes, w.sync_clusters, view) if len(w.sync_clusters) > 1 else 0.0
         out.append(StageCost(w.forward_s, w.backward_s, send_f, send_b, w.sync_intra_s, wan,
@@ -213,9 +214,17 @@ def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
 def crowd_of(plan: Plan, view: TopologyView) -> tuple:
     """:func:`self_crowd` of ``plan`` on ``view``'s topology (memoised on the view); none on a view
     that does not see shared links."""
+    return chains_crowd_of(tuple(tuple(s.cluster for s in rep) for rep in plan.replicas), view)
+
+
+def chains_crowd_of(chains: tuple[tuple[str, ...], ...], view: TopologyView) -> tuple:
+    """:func:`chains_crowd` on ``view``'s topology, memoised on the view by the chains (the search's
+    floors ask it per chain of segments, ``estimate`` per plan's chains of stages); none on a
+    view that does not see shared links."""
     if not view.shares_links:
         return ()
-    key = ("crowd", plan)
-    if key not in view._memo:
-        view._memo[key] = self_crowd(plan, view.topology)
-    return view._memo[key]
+    key = ("crowd", chains)
+    hit = view._memo.get(key)
+    if hit is None:
+        hit = view._memo[key] = chains_crowd(chains, view.topology)
+    return hit

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from spiderflow.costmodel.memory import GB, USABLE_FRACTION
 from spiderflow.costmodel.network import Channel, TopologyView
 from spiderflow.costmodel.stages import ring_allreduce_s, wan_sync_s
-from spiderflow.costmodel.work import chains_crowd
+from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.parallel.shapes import Shape
 from spiderflow.workload import (GRAD_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
                                  WEIGHT_BYTES_PER_PARAM, Job)
@@ -129,9 +129,10 @@ def _segment(job: Job, cluster: str, tp: int, view: TopologyView) -> tuple[float
 
 class _Channels:
     """Channels between the clusters of one shape's chain as ``estimate`` prices its sends: over
-    the hops the plan's own transfers crowd (:func:`~spiderflow.costmodel.work.crowd_of`; only the
-    order of each replica's clusters matters, so every shape of a chain shares it). One per chain
-    and view (:meth:`of`, kept in the view's memo), each channel looked up once."""
+    the hops the plan's own transfers crowd (:func:`~spiderflow.costmodel.work.chains_crowd_of`;
+    only the order of each replica's clusters matters, so every shape of a chain shares it). One
+    per chain and view (:meth:`of`, kept in the view's memo), each channel looked up once (without
+    hashing the crowd again)."""
 
     def __init__(self, crowd: tuple) -> None:
         self.crowd, self._known = crowd, {}
@@ -142,13 +143,13 @@ class _Channels:
         key = ("bound-channels", chains)
         hit = view._memo.get(key)
         if hit is None:
-            hit = view._memo[key] = cls(chains_crowd(chains, view.topology) if view.shares_links else ())
+            hit = view._memo[key] = cls(chains_crowd_of(chains, view))
         return hit
 
     def get(self, view: TopologyView, a: str, b: str) -> Channel:
         chan = self._known.get((a, b))
         if chan is None:
-            chan = self._known[a, b] = view.p2p_crowded(a, b, self.crowd) if self.crowd else view.p2p(a, b)
+            chan = self._known[a, b] = view.p2p_crowded(a, b, self.crowd)
         return chan
 
 
