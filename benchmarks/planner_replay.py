@@ -1,7 +1,7 @@
 """SpinSearch's calls in a simulation, recorded and replayed: its CPU time on exactly those calls,
 and a fingerprint of every answer (to show that a speed-up changed no plan).
 
-``record`` simulates a 64-cluster synthetic trace (as ``benchmarks/simulator_speed.py`` does) and
+``record`` simulates a 64-cluster synthetic trace (``benchmarks/simulator_speed.py``'s) and
 keeps every request the scheduler's memo passed to SpinSearch (the job, free GPUs, link load).
 ``replay`` asks SpinSearch those requests again, in order, in a fresh process, and prints the CPU
 time (all calls, and those of jobs over 128 GPUs) and a SHA-1 of the answers (segments and plans,
@@ -27,18 +27,16 @@ from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import PLANNERS, PlacementRequest
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.topology.generate import generate_topology
-from spiderflow.traces import generate_trace
-from spiderflow.traces.generate import mean_gap_for_load
 from spiderflow.traces.planned import PlannedGpuTime
+
+from simulator_speed import speed_trace  # this folder is on the path when the script runs
 
 CLUSTERS = 64
 
 
 def record(jobs: int, load: float | None, seed: int, wait: bool, out: Path) -> int:
     topo = generate_topology(CLUSTERS, 0)
-    gap = 600.0 if load is None else mean_gap_for_load(jobs, seed, load, total_gpus=topo.total_gpus,
-                                                       job_gpu_seconds=PlannedGpuTime(topo))
-    trace = generate_trace(jobs, seed, mean_interarrival_s=gap)
+    trace = speed_trace(topo, jobs, seed, load, PlannedGpuTime(topo))
     calls = []
     init = scheduling.Scheduler.__init__
 

@@ -24,12 +24,21 @@ from pathlib import Path
 from spiderflow.bench import machine
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import summarise
+from spiderflow.topology import Topology
 from spiderflow.topology.generate import generate_topology
 from spiderflow.traces import generate_trace
 from spiderflow.traces.generate import mean_gap_for_load, offered_load
 from spiderflow.traces.planned import PlannedGpuTime
+from spiderflow.workload import Job
 
 OUT = Path(__file__).parent / "results" / "simulator_speed.md"
+
+
+def speed_trace(topo: Topology, jobs: int, seed: int, load: float | None, gpu_time: PlannedGpuTime) -> list[Job]:
+    """The benchmark's trace: ``generate_trace(jobs, seed)`` at 600 s gaps, or sized to ``load``."""
+    gap = 600.0 if load is None else mean_gap_for_load(jobs, seed, load, total_gpus=topo.total_gpus,
+                                                       job_gpu_seconds=gpu_time)
+    return generate_trace(jobs, seed, mean_interarrival_s=gap)
 
 
 def main() -> None:
@@ -43,9 +52,7 @@ def main() -> None:
     args = ap.parse_args()
     topo = generate_topology(args.clusters, 0)
     gpu_time = PlannedGpuTime(topo)
-    gap = 600.0 if args.load is None else mean_gap_for_load(args.jobs, 0, args.load, total_gpus=topo.total_gpus,
-                                                             job_gpu_seconds=gpu_time)
-    jobs = generate_trace(args.jobs, 0, mean_interarrival_s=gap)
+    jobs = speed_trace(topo, args.jobs, 0, args.load, gpu_time)
     load = offered_load(jobs, total_gpus=topo.total_gpus, job_gpu_seconds=gpu_time)
     load0 = os.getloadavg()[0]
     wall0, cpu0 = time.perf_counter(), time.process_time()
