@@ -47,15 +47,23 @@ def env_of(host: BenchHost) -> dict[str, str]:
     return {**os.environ, **rank_env(host.intf, host.name, "gloo"), "PYTHONPATH": str(REPO)}
 
 
+def two_servers(here, far, names: tuple[str, str]):
+    """Two loopback hosts, the first on this server's pool and the second on the other's: the
+    hosts and ``pool_of``."""
+    hosts = [BenchHost(name=name, ip="127.0.0.1", intf="lo", ns_pid=None) for name in names]
+    return hosts, {names[0]: here, names[1]: far}.__getitem__
+
+
+def spec_of(tests: list[dict]) -> dict:
+    return {"master_addr": "127.0.0.1", "master_port": free_port(), "scale": 10.0, "timeout_s": 60, "tests": tests}
+
+
 def test_a_rank_on_another_server_starts_from_its_pool_and_its_files_come_back(pools, tmp_path):
     here, far, there = pools
-    hosts = [BenchHost(name="east-h0", ip="127.0.0.1", intf="lo", ns_pid=None),
-             BenchHost(name="west-h0", ip="127.0.0.1", intf="lo", ns_pid=None)]
-    by_host = {"east-h0": here, "west-h0": far}
+    hosts, pool_of = two_servers(here, far, ("east-h0", "west-h0"))
     work = tmp_path / "bench-two" / "bench"
-    spec = {"master_addr": "127.0.0.1", "master_port": free_port(), "scale": 10.0, "timeout_s": 60, "tests": TESTS}
     messages = []
-    lines = run_ranks(hosts, spec, pool_of=by_host.__getitem__, work=work, env_of=env_of, stall_s=60,
+    lines = run_ranks(hosts, spec_of(TESTS), pool_of=pool_of, work=work, env_of=env_of, stall_s=60,
                       describe=str, log=messages.append)
     assert "1 on other servers" in messages[0]
     # rank 1 wrote under the far pool's directory (spec sent with the start request); its lines and log
@@ -75,14 +83,11 @@ def test_a_rank_on_another_server_starts_from_its_pool_and_its_files_come_back(p
 
 def test_a_failed_rank_on_another_server_is_one_line_with_its_log_here(pools, tmp_path):
     here, far, _there = pools
-    hosts = [BenchHost(name="a", ip="127.0.0.1", intf="lo", ns_pid=None),
-             BenchHost(name="b", ip="127.0.0.1", intf="lo", ns_pid=None)]
-    by_host = {"a": here, "b": far}
+    hosts, pool_of = two_servers(here, far, ("a", "b"))
     work = tmp_path / "bench-bad" / "bench"
-    spec = {"master_addr": "127.0.0.1", "master_port": free_port(), "scale": 10.0, "timeout_s": 60,
-            "tests": [{**TESTS[0], "op": "no_such_op"}]}  # both ranks fail on it
+    spec = spec_of([{**TESTS[0], "op": "no_such_op"}])  # both ranks fail on it
     with pytest.raises(EmulatorError) as err:
-        run_ranks(hosts, spec, pool_of=by_host.__getitem__, work=work, env_of=env_of, stall_s=60, describe=str)
+        run_ranks(hosts, spec, pool_of=pool_of, work=work, env_of=env_of, stall_s=60, describe=str)
     assert str(err.value).startswith("microbenchmark rank ") and "\n" not in str(err.value)
     assert "no_such_op" in (work / "r1.log").read_text() + (work / "r0.log").read_text()
 
