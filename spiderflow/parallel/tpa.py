@@ -132,13 +132,18 @@ def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topology
     Memoised (LRU, ``MEMO_SIZE`` entries) on the job's shape, the chain and the network figures
     among its clusters, so a trace's recurring job shapes are planned once per network state.
     ``beat`` (with ``exact_checks=1`` and no ILP): the caller only wants a plan whose estimate is
-    below it; the search skips every candidate whose floor is not, and returns None when no plan
-    beats it (else the same plan as without ``beat``).
+    below it; the search skips every candidate whose floor is not, and returns None (or a plan that
+    does not beat it) when no plan beats it, else the same plan as without ``beat``.
     """
     if beat < math.inf and (intra_ilp or exact_checks != 1):
         raise ValueError("beat needs exact_checks=1 and intra_ilp=False")
     key = _memo_key(job, segments, view, (intra_ilp, exact_checks))
     hit = _MEMO.get(key)
+    if isinstance(hit, _NoneBelow):
+        if beat <= hit.beat:
+            _MEMO.move_to_end(key)
+            return None
+        hit = None  # asked to beat more than that: search again
     if hit is not None:
         _MEMO.move_to_end(key)
         if isinstance(hit, InfeasiblePlan):
@@ -155,7 +160,22 @@ def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topology
         raise
     if plan is not None:
         _remember(key, (plan, view._memo.get(("estimate", plan))))
+    elif beat < math.inf:
+        _remember(key, _NoneBelow(beat))
     return plan
+
+
+class _NoneBelow:
+    """Memo entry: no plan of this key has an estimate below ``beat`` (a search asked to beat it
+    returned None). Asked to beat that or less, the search returns None again, or a plan that
+    does not beat it, which the caller passes over alike; SpinSearch asks the same chains on the
+    same network figures to beat the same best again and again as admission looks ahead (on
+    1,000 jobs at load 0.9, half of TPA's calls)."""
+
+    __slots__ = ("beat",)
+
+    def __init__(self, beat: float) -> None:
+        self.beat = beat
 
 
 def plan_estimate(plan: Plan, view: TopologyView) -> float:

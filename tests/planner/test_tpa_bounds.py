@@ -106,6 +106,40 @@ def test_pruned_search_returns_the_unpruned_finalists(k, monkeypatch):
         assert got == best
 
 
+def test_a_search_that_found_nothing_to_beat_a_time_is_not_run_again_for_that_time_or_less(monkeypatch):
+    """``plan_placement(..., beat=t)`` remembers that no plan of the chain beats ``t``: asked again
+    to beat ``t`` or less on the same figures it answers None without searching; asked to beat
+    more, it searches, and returns the same best plan as a search without ``beat``."""
+    monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
+    searched = []
+    real = tpa._plan_placement
+
+    def counted(*args, **kwargs):
+        searched.append(kwargs.get("beat"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tpa, "_plan_placement", counted)
+    checked = 0
+    for job, chain, view in _cases(4, 15):
+        try:
+            want = _score_all(job, chain, view, 1)
+        except InfeasiblePlan:
+            continue
+        if not want:
+            continue
+        best = estimate(want[0], view)
+        searched.clear()
+        assert tpa.plan_placement(job, chain, view, intra_ilp=False, exact_checks=1, beat=best * 0.9) is None
+        assert tpa.plan_placement(job, chain, view, intra_ilp=False, exact_checks=1, beat=best * 0.8) is None
+        assert tpa.plan_placement(job, chain, view, intra_ilp=False, exact_checks=1, beat=best * 0.9) is None
+        assert searched == [best * 0.9]
+        got = tpa.plan_placement(job, chain, view, intra_ilp=False, exact_checks=1, beat=best * 1.1)
+        assert searched == [best * 0.9, best * 1.1]
+        assert got == want[0]
+        checked += 1
+    assert checked >= 10
+
+
 def test_schedule_floor_is_under_the_exact_schedule():
     rng = random.Random(3)
     for _ in range(300):
