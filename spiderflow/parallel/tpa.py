@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict, schedule_bounds
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.parallel.bounds import QuickBound, ShapeBound, memory_variant
+from spiderflow.parallel.bounds import QuickBound, ShapeBound, chain_floor, memory_variant
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
 from spiderflow.parallel.shapes import Shape, enumerate_shapes
 from spiderflow.plan import Plan, Stage
@@ -220,6 +220,8 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
     # the shape's quick floor and is put back with the tighter one before it is fitted and
     # estimated. The enumeration index breaks ties, so the finalists are exactly those of scoring
     # every candidate.
+    if beat < math.inf and chain_floor(job, segments, view) >= beat:
+        return None  # no shape of the chain can beat it (enumerating them costs more than this)
     k = max(1, exact_checks)
     heap: list[tuple[float, int, int, Shape, int, int]] = []
     shapes = 0

@@ -14,7 +14,7 @@ from spiderflow.costmodel.stages import StageCost
 from spiderflow.costmodel.work import crowd_of, stage_costs
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel import tpa
-from spiderflow.parallel.bounds import MEMORY_VARIANTS, QuickBound, ShapeBound, memory_variant
+from spiderflow.parallel.bounds import MEMORY_VARIANTS, QuickBound, ShapeBound, chain_floor, memory_variant
 from spiderflow.parallel.shapes import enumerate_shapes
 from spiderflow.topology.generate import generate_topology
 from spiderflow.workload import Job
@@ -54,16 +54,17 @@ def _score_all(job, chain, view, k):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_floor_is_under_every_estimate_and_memory_matches(seed):
     checked = 0
-    for job, chain, view in _cases(seed, 12):
-        for shape in enumerate_shapes(chain, view.topology, job.spec):
+    for job, segments, view in _cases(seed, 12):
+        for shape in enumerate_shapes(segments, view.topology, job.spec):
             counts = tpa.split_layers(job.spec.layers, tpa._stage_speeds(shape, view))
             floor, quick = ShapeBound(job, shape, counts, view), QuickBound(job, shape, view)
+            chain = chain_floor(job, segments, view)
             for b, m in tpa.micro_batchings(job, len(shape.replicas) * shape.dp):
                 first = None
                 for zero1, recompute in MEMORY_VARIANTS:
                     plan = tpa._build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
                     est = estimate(plan, view)
-                    assert quick.bound(b, m) <= est
+                    assert chain <= quick.bound(b, m) <= est
                     assert floor.bound(b, m) <= floor.bound(b, m, recompute) <= est
                     if first is None and fits_memory(plan, view):
                         first = (zero1, recompute)
@@ -136,6 +137,32 @@ def test_a_search_that_found_nothing_to_beat_a_time_is_not_run_again_for_that_ti
         got = tpa.plan_placement(job, chain, view, intra_ilp=False, exact_checks=1, beat=best * 1.1)
         assert searched == [best * 0.9, best * 1.1]
         assert got == want[0]
+        checked += 1
+    assert checked >= 10
+
+
+def test_a_chain_whose_floor_is_not_under_the_time_to_beat_is_settled_without_enumerating_its_shapes(monkeypatch):
+    """No plan of a chain is faster than its ``chain_floor`` (the property test above checks it
+    under every candidate's estimate), so a search asked to beat that floor or less returns None
+    before any shape is enumerated or bounded; asked to beat more, it searches as before."""
+    monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
+    real = tpa.QuickBound
+
+    def refuse(*args):
+        raise AssertionError("a shape was bounded")
+
+    checked = 0
+    for job, chain, view in _cases(6, 15):
+        want = _score_all(job, chain, view, 1)
+        if not want:
+            continue
+        floor = chain_floor(job, chain, view)
+        assert floor <= estimate(want[0], view)
+        monkeypatch.setattr(tpa, "QuickBound", refuse)
+        assert tpa._plan_placement(job, chain, view, intra_ilp=False, exact_checks=1, beat=floor) is None
+        monkeypatch.setattr(tpa, "QuickBound", real)
+        got = tpa._plan_placement(job, chain, view, intra_ilp=False, exact_checks=1, beat=floor * 1.001)
+        assert got is None or got == want[0]
         checked += 1
     assert checked >= 10
 
