@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from spiderflow.topology import Topology
 from spiderflow.workload import ModelSpec
@@ -47,11 +48,15 @@ def powers_of_two(limit: int) -> list[int]:
 
 def segment_options(gpus: int, dp: int, gpus_per_node: int, spec: ModelSpec) -> list[tuple[int, int]]:
     """(tp, pp) pairs with tp * pp * dp == gpus."""
+    return _options(gpus, dp, gpus_per_node, spec.heads, spec.layers)
+
+
+def _options(gpus: int, dp: int, gpus_per_node: int, heads: int, layers: int) -> list[tuple[int, int]]:
     if gpus % dp:
         return []
     per_dp = gpus // dp
     return [(tp, per_dp // tp) for tp in powers_of_two(min(gpus_per_node, per_dp))
-            if per_dp % tp == 0 and spec.heads % tp == 0 and per_dp // tp <= spec.layers]
+            if per_dp % tp == 0 and heads % tp == 0 and per_dp // tp <= layers]
 
 
 def replica_groupings(k: int) -> Iterator[tuple[tuple[int, ...], ...]]:
@@ -63,11 +68,26 @@ def replica_groupings(k: int) -> Iterator[tuple[tuple[int, ...], ...]]:
 
 
 def enumerate_shapes(segments: Sequence[tuple[str, int]], topology: Topology,
-                     spec: ModelSpec) -> Iterator[Shape]:
+                     spec: ModelSpec) -> tuple[Shape, ...]:
+    """Every shape of ``segments``, memoised on all the enumeration reads: the segments, their
+    clusters' node sizes and the model's heads and layers (on the 64-cluster synthetic trace a
+    quarter of TPA's searches ask about segments it enumerated before)."""
+    nodes = tuple(topology.cluster(c).gpus_per_node for c, _ in segments)
+    return _shapes(tuple((c, g) for c, g in segments), nodes, spec.heads, spec.layers)
+
+
+@lru_cache(maxsize=20_000)
+def _shapes(segments: tuple[tuple[str, int], ...], nodes: tuple[int, ...], heads: int,
+            layers: int) -> tuple[Shape, ...]:
+    return tuple(_enumerate(segments, nodes, heads, layers))
+
+
+def _enumerate(segments: tuple[tuple[str, int], ...], nodes: tuple[int, ...], heads: int,
+               layers: int) -> Iterator[Shape]:
     k = len(segments)
     gcd_pow = min(g & -g for _, g in segments)  # largest power of two dividing every count
     for dp in powers_of_two(gcd_pow):
-        options = [segment_options(g, dp, topology.cluster(c).gpus_per_node, spec) for c, g in segments]
+        options = [_options(g, dp, node, heads, layers) for (_, g), node in zip(segments, nodes)]
         if any(not o for o in options):
             continue
         if k <= MAX_ENUMERATED_SEGMENTS:
@@ -79,5 +99,5 @@ def enumerate_shapes(segments: Sequence[tuple[str, int]], topology: Topology,
             for groups in replica_groupings(k):
                 reps = tuple(tuple((segments[j][0], *combo[j]) for j in grp) for grp in groups)
                 depths = {sum(pp for _, _, pp in rep) for rep in reps}
-                if len(depths) == 1 and next(iter(depths)) <= spec.layers:
+                if len(depths) == 1 and next(iter(depths)) <= layers:
                     yield Shape(replicas=reps, dp=dp)

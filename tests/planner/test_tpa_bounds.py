@@ -16,8 +16,9 @@ from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel import tpa
 from spiderflow.parallel.bounds import MEMORY_VARIANTS, QuickBound, ShapeBound, chain_floor, memory_variant
 from spiderflow.parallel.shapes import enumerate_shapes
+from spiderflow.topology import parse_topology
 from spiderflow.topology.generate import generate_topology
-from spiderflow.workload import Job
+from spiderflow.workload import MODELS as MODEL_SPECS, Job
 
 MODELS = ("gpt3-1.3b", "gpt3-13b", "llama2-13b", "llama2-70b")
 
@@ -165,6 +166,29 @@ def test_a_chain_whose_floor_is_not_under_the_time_to_beat_is_settled_without_en
         assert got is None or got == want[0]
         checked += 1
     assert checked >= 10
+
+
+def test_shapes_are_remembered_per_node_size_and_model():
+    """The shapes of one chain are memoised on what the enumeration reads: the same cluster names
+    and GPU counts with smaller nodes, or a model with fewer heads, give their own shapes."""
+    def topo(gpus_per_node):
+        return parse_topology({
+            "name": "two", "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1.0, "latency_ms": 10.0}],
+            "clusters": [{"name": n, "gpu": "a100-80gb", "nodes": 16 // gpus_per_node,
+                          "gpus_per_node": gpus_per_node} for n in "ab"]})
+
+    def tps(shapes):
+        return {tp for shape in shapes for rep in shape.replicas for _, tp, _ in rep}
+
+    chain = [("a", 16), ("b", 16)]
+    wide = enumerate_shapes(chain, topo(8), MODEL_SPECS["gpt3-13b"])
+    narrow = enumerate_shapes(chain, topo(2), MODEL_SPECS["gpt3-13b"])
+    assert 8 in tps(wide) and max(tps(narrow)) == 2
+    assert enumerate_shapes(chain, topo(8), MODEL_SPECS["gpt3-13b"]) == wide
+    # llama2-70b's 64 heads and gpt3-1.3b's 32 both take tp 8; the layer counts differ (80 vs 24)
+    deep = enumerate_shapes(chain, topo(8), MODEL_SPECS["llama2-70b"])
+    shallow = enumerate_shapes(chain, topo(8), MODEL_SPECS["gpt3-1.3b"])
+    assert max(shape.depth for shape in deep) == 32 and max(shape.depth for shape in shallow) == 24
 
 
 def test_schedule_floor_is_under_the_exact_schedule():
