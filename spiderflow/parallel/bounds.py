@@ -15,9 +15,10 @@ make that search cheaper while keeping its result identical:
   their bound, TPA stops once the bound exceeds the k-th best estimate found:
   no skipped candidate could have entered the best k. :class:`QuickBound` is a
   coarser floor per shape, before its layer split, that orders the candidates.
-- **A floor per chain** (:func:`chain_floor`): under every shape of the
-  segments at once, so a search asked only to beat a time its chain cannot
-  beat ends before enumerating a shape.
+- **Floors per split of the chain** (:func:`split_floors`, :func:`chain_floor`):
+  under every shape with R pipeline replicas at once, computed before any
+  shape is bounded: a search asked to beat a time its chain cannot beat ends
+  at once, and a split that cannot beat the best found is never bounded.
 
 Why the bound is a floor under ``estimate`` (:mod:`spiderflow.costmodel.schedule`):
 ``estimate = max(pipeline, sync ends)`` per distinct replica, with
@@ -260,11 +261,11 @@ class ShapeBound:
         return best
 
 
-def chain_floor(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView) -> float:
-    """A floor under ``estimate`` of every plan TPA can make of ``segments`` (ordered (cluster,
-    gpus)), before enumerating a shape: the least, over the ways the chain splits into R equal
-    runs of pipeline replicas, of what that split costs at least. Each term is under
-    :class:`QuickBound` of every shape with that split:
+def split_floors(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView) -> dict[int, float]:
+    """Per number R of pipeline replicas the chain ``segments`` (ordered (cluster, gpus)) can split
+    into (R equal runs of consecutive segments), a floor under ``estimate`` of every plan TPA can
+    make of that split, before enumerating a shape. Each is under :class:`QuickBound` of every
+    shape with R replicas, from what every such shape pays at least:
 
     - compute: every replica's stages run its share of the batch, ``m*b*dp*R >= global_batch``,
       at best at the speed of all its GPUs: ``global_batch * 3 * layers * layer FLOPs / all
@@ -272,34 +273,43 @@ def chain_floor(job: Job, segments: Sequence[tuple[str, int]], view: TopologyVie
     - a run's WAN boundary: its period carries ``b*dp`` activations per micro-batch and the fill
       sends them twice more, so ``(m + 1) * b * dp * bytes / beta >= global_batch / R * bytes /
       beta`` over that boundary's channel (the hops the split's own transfers crowd);
-    - R = one replica per cluster: the whole model's gradient crosses one ring of all of them.
+    - R = one replica per segment: the whole model's gradient crosses one ring of all of them.
 
-    TPA asked only for a plan beating a time returns None at once when this floor is not under
-    it (on the 64-cluster synthetic trace, half of the searches that find nothing to beat the
-    best so far)."""
+    TPA orders its candidates by these before it bounds a shape, and skips the splits (or the
+    whole chain, :func:`chain_floor`) that cannot beat what it has or was asked to beat."""
     spec, s = job.spec, job.seq_len
     names = [c for c, _ in segments]
     k = len(names)
     speed = sum(g * _segment(job, c, 1, view)[0] for c, g in segments)
     compute = job.global_batch * 3 * spec.layers * spec.layer_forward_flops(1, s) / speed
-    if k == 1 or len(set(names)) < k:
-        return compute * (1 - 2 * SAFETY)
+    floors = {}
     group = spec.boundary_bytes(1, s)
-    best = math.inf
     for r in range(1, k + 1):
         if k % r:
             continue
         size = k // r
-        if size == 1:
-            ring = view.ring(tuple(names))
-            wan = 2 * (k - 1) / k * spec.params * GRAD_BYTES_PER_PARAM / ring.bytes_per_s
+        wan = 0.0
+        if len(set(names)) < k:
+            pass  # a cluster twice in the chain: compute only
+        elif size == 1:
+            if k > 1:
+                ring = view.ring(tuple(names))
+                wan = 2 * (k - 1) / k * spec.params * GRAD_BYTES_PER_PARAM / ring.bytes_per_s
         else:
             runs = tuple(tuple(names[i:i + size]) for i in range(0, k, size))
             crowd = chains_crowd_of(runs, view)
             wan = max(job.global_batch / r * group / view.p2p_crowded(a, b, crowd).bytes_per_s
                       for run in runs for a, b in zip(run, run[1:]))
-        best = min(best, max(compute, wan))
-    return best * (1 - 2 * SAFETY)
+        floors[r] = max(compute, wan) * (1 - 2 * SAFETY)
+    return floors
+
+
+def chain_floor(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView) -> float:
+    """A floor under ``estimate`` of every plan TPA can make of ``segments``: the least of
+    :func:`split_floors`. A search asked only to beat a time the chain cannot beat ends before
+    enumerating a shape (on the 64-cluster synthetic trace, half of the searches that find
+    nothing to beat the best so far)."""
+    return min(split_floors(job, segments, view).values())
 
 
 class QuickBound:

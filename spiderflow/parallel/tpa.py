@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict, schedule_bounds
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.parallel.bounds import QuickBound, ShapeBound, chain_floor, memory_variant
+from spiderflow.parallel.bounds import QuickBound, ShapeBound, memory_variant, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
 from spiderflow.parallel.shapes import Shape, enumerate_shapes
 from spiderflow.plan import Plan, Stage
@@ -217,39 +217,45 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
     # Every (shape, micro-batching) candidate with a floor under its estimate, taken best floor
     # first: once the floor passes the k-th best estimate found, no later candidate can enter the
     # best k (the floors are admissible: :mod:`spiderflow.parallel.bounds`). A candidate starts with
-    # the shape's quick floor and is put back with the tighter one before it is fitted and
-    # estimated. The enumeration index breaks ties, so the finalists are exactly those of scoring
-    # every candidate.
-    if beat < math.inf and chain_floor(job, segments, view) >= beat:
-        return None  # no shape of the chain can beat it (enumerating them costs more than this)
+    # its split's floor (one per number of replicas, before any shape is bounded), is put back with
+    # its shape's quick floor, then with the tighter one of its layer split, before it is fitted
+    # and estimated. The enumeration index breaks ties, so the finalists are exactly those of
+    # scoring every candidate.
+    floors = split_floors(job, segments, view)
+    if beat < math.inf and min(floors.values()) >= beat:
+        return None  # no shape of the chain can beat it
     k = max(1, exact_checks)
     heap: list[tuple[float, int, int, Shape, int, int]] = []
-    shapes = 0
-    for shape in enumerate_shapes(segments, view.topology, job.spec):
-        shapes += 1
+    shapes = enumerate_shapes(segments, view.topology, job.spec)
+    for shape in shapes:
         options = micro_batchings(job, len(shape.replicas) * shape.dp)
         if shape.depth == 1:  # one stage: no bubble, compute linear in b -> every b takes the same time
             options = options[:1]
-        quick = QuickBound(job, shape, view)
         for b, m in options:
-            heap.append((quick.bound(b, m), len(heap), 0, shape, b, m))
+            heap.append((floors[len(shape.replicas)], len(heap), 0, shape, b, m))
     heapq.heapify(heap)
+    quick: dict[Shape, QuickBound] = {}
     splits: dict[Shape, tuple[list[int], ShapeBound]] = {}
     scored: list[tuple[float, int, Plan]] = []  # max-heap of the best k: (-estimate, -index, plan)
     cut = False
     while heap:
-        bound, index, tight, shape, b, m = heapq.heappop(heap)
+        bound, index, level, shape, b, m = heapq.heappop(heap)
         if bound >= beat:
             cut = True
             break
         if len(scored) == k and bound > -scored[0][0]:
             break
+        if level == 0:
+            if shape not in quick:
+                quick[shape] = QuickBound(job, shape, view)
+            heapq.heappush(heap, (max(bound, quick[shape].bound(b, m)), index, 1, shape, b, m))
+            continue
         if shape not in splits:
             counts = split_layers(job.spec.layers, _stage_speeds(shape, view))
             splits[shape] = counts, ShapeBound(job, shape, counts, view)
         counts, floor = splits[shape]
-        if not tight:
-            heapq.heappush(heap, (max(bound, floor.bound(b, m)), index, 1, shape, b, m))
+        if level == 1:
+            heapq.heappush(heap, (max(bound, floor.bound(b, m)), index, 2, shape, b, m))
             continue
         plan = _fit(job, shape, b, m, view, counts)
         if plan is None:

@@ -14,7 +14,8 @@ from spiderflow.costmodel.stages import StageCost
 from spiderflow.costmodel.work import crowd_of, stage_costs
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel import tpa
-from spiderflow.parallel.bounds import MEMORY_VARIANTS, QuickBound, ShapeBound, chain_floor, memory_variant
+from spiderflow.parallel.bounds import (MEMORY_VARIANTS, QuickBound, ShapeBound, chain_floor, memory_variant,
+                                        split_floors)
 from spiderflow.parallel.shapes import enumerate_shapes
 from spiderflow.topology import parse_topology
 from spiderflow.topology.generate import generate_topology
@@ -59,13 +60,14 @@ def test_floor_is_under_every_estimate_and_memory_matches(seed):
         for shape in enumerate_shapes(segments, view.topology, job.spec):
             counts = tpa.split_layers(job.spec.layers, tpa._stage_speeds(shape, view))
             floor, quick = ShapeBound(job, shape, counts, view), QuickBound(job, shape, view)
-            chain = chain_floor(job, segments, view)
+            split = split_floors(job, segments, view)[len(shape.replicas)]
+            assert chain_floor(job, segments, view) <= split
             for b, m in tpa.micro_batchings(job, len(shape.replicas) * shape.dp):
                 first = None
                 for zero1, recompute in MEMORY_VARIANTS:
                     plan = tpa._build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
                     est = estimate(plan, view)
-                    assert chain <= quick.bound(b, m) <= est
+                    assert split <= quick.bound(b, m) <= est
                     assert floor.bound(b, m) <= floor.bound(b, m, recompute) <= est
                     if first is None and fits_memory(plan, view):
                         first = (zero1, recompute)
@@ -166,6 +168,34 @@ def test_a_chain_whose_floor_is_not_under_the_time_to_beat_is_settled_without_en
         assert got is None or got == want[0]
         checked += 1
     assert checked >= 10
+
+
+def test_a_split_whose_floor_passes_the_best_plan_is_never_bounded(monkeypatch):
+    """Shapes start from their split's floor (split_floors, one per number of replicas): the
+    search bounds a shape only once its split could still beat the best plan found, so a chain
+    whose pipelines cannot compete with its replicas (or the reverse) never bounds those shapes."""
+    monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
+    real, bounded = tpa.QuickBound, []
+
+    def recorded(job, shape, view):
+        bounded.append(shape)
+        return real(job, shape, view)
+
+    monkeypatch.setattr(tpa, "QuickBound", recorded)
+    skipped = 0
+    for job, chain, view in _cases(8, 20):
+        bounded.clear()
+        try:
+            plan = tpa._plan_placement(job, chain, view, intra_ilp=False, exact_checks=1)
+        except InfeasiblePlan:
+            continue
+        best = estimate(plan, view)
+        floors = split_floors(job, chain, view)
+        assert all(floors[len(shape.replicas)] <= best for shape in bounded)
+        hopeless = [s for s in enumerate_shapes(chain, view.topology, job.spec) if floors[len(s.replicas)] > best]
+        skipped += len(hopeless)
+        assert not set(hopeless) & set(bounded)
+    assert skipped >= 5
 
 
 def test_shapes_are_remembered_per_node_size_and_model():
