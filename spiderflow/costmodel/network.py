@@ -17,6 +17,7 @@ per-message overhead, and beta the bottleneck bandwidth.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -64,8 +65,14 @@ class TopologyView:
         cal = self.calibration.path(a, b)
         base_gbps = cal.beta_gbps if cal else path.bandwidth_gbps
         alpha = cal.alpha_s if cal else path.latency_ms / 1e3
-        frac = min(self._share(l.key, l.bandwidth_gbps) * l.bandwidth_gbps for l in path.links) \
-            / path.bandwidth_gbps
+        load, gbps = self.link_load, self.link_gbps
+        lowest = math.inf  # the least of each link's share x its capacity (a link nobody loads: its capacity)
+        for link in path.links:
+            key, raw = link.key, link.bandwidth_gbps
+            got = raw if key not in load and key not in gbps else self._share(key, raw) * raw
+            if got < lowest:
+                lowest = got
+        frac = lowest / path.bandwidth_gbps
         return Channel(alpha + self.calibration.per_message_overhead_s, base_gbps * frac * GBPS)
 
     def p2p_crowded(self, a: str, b: str, crowd: tuple[tuple[tuple[str, str], int], ...]) -> Channel:
