@@ -3,7 +3,8 @@ running its own sshd, emulator/net/localserver.py), two clusters split over both
 between them through Mininet's SSH tunnel with real tc shaping and the delay stage, measured with
 the check's own measurements and tolerance; then a crash of the first server, cleaned up by the
 agent and `emulator clean`; then `emulator run --servers`: a rank pool over SSH, a run whose WAN job
-spans both servers, and a crash of the first server in the middle of a run. Root only; about 90 s."""
+spans both servers, and a crash of the first server in the middle of a run; live WAN changes, a
+link between the servers going down and coming back. Root only; about 100 s."""
 
 import json
 import os
@@ -325,5 +326,54 @@ def test_live_wan_changes_on_the_other_servers_routers(second_server, state_dir,
     for pair, (fwd, rev) in delays.items():
         want = 45.0 if "virginia-h0" in pair else 60.0
         assert delay_ok(want, fwd) and delay_ok(want, rev), (mechanism, pair, fwd, rev)
+    assert_no_leak()
+    assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
+
+
+def test_a_link_between_servers_goes_down_and_comes_back(second_server, state_dir, assert_no_leak):
+    """A WAN event taking down the tunnelled virginia-london link (virginia here, london on the other
+    server): both ends' devices go down (the remote one in the other server's router), traffic
+    between them takes the way round the ring (virginia-oregon here, the tunnelled oregon-tokyo,
+    tokyo-london there: 33.5 + 48.5 + 115 ms one way), and when the link comes back up the direct
+    route and its 38 ms are in force again."""
+    from spiderflow.topology import load_topology
+    from spiderflow.wan import WanEvent
+
+    from emulator.net.live import LiveNetwork
+    from emulator.net.measure import measure_delays, targets
+
+    topo = load_topology(str(REPO / "topologies/default.yaml"))
+    servers = _servers(second_server)
+    servers.tunnel = "vxlan"
+    assignment = assign_clusters(topo.names, servers.names)
+    assert assignment == {"oregon": "localhost", "virginia": "localhost", "london": NAME, "tokyo": NAME}
+
+    def link(up):
+        return WanEvent(time_s=0.0, a="virginia", b="london", bandwidth_gbps=None, latency_ms=None, up=up)
+
+    def state(emu, gw, dev):
+        return emu.run(gw, ["ip", "-o", "link", "show", "dev", dev]).stdout
+
+    with ClusterEmulation(topo, NetConfig(hosts_per_cluster=1), servers=servers, assignment=assignment) as emu:
+        live = LiveNetwork(emu)
+        pair = [t for t in targets(emu) if t.kind == "wan" and (t.a, t.b) == ("virginia", "london")]
+        direct = measure_delays(emu, pair, count=10)
+        live.apply([link(False)])
+        down_here, down_there = state(emu, "virginia-gw", "w-london"), state(emu, "london-gw", "w-virginia")
+        round_ = measure_delays(emu, pair, count=10)
+        live.apply([link(True)])
+        up_here, up_there = state(emu, "virginia-gw", "w-london"), state(emu, "london-gw", "w-virginia")
+        back = measure_delays(emu, pair, count=10)
+        mechanism = emu.mechanism
+    for text in (down_here, down_there):  # "<BROADCAST,MULTICAST> ... state DOWN"
+        assert ",UP" not in text.split(">")[0] and "state DOWN" in text, text
+    for text in (up_here, up_there):  # "<BROADCAST,MULTICAST,UP,LOWER_UP>"
+        assert ",UP," in text.split(">")[0], text
+    ((fwd, rev),) = direct.values()
+    assert delay_ok(38.0, fwd) and delay_ok(38.0, rev), (mechanism, fwd, rev)
+    ((fwd, rev),) = round_.values()
+    assert delay_ok(197.0, fwd) and delay_ok(197.0, rev), (mechanism, fwd, rev)
+    ((fwd, rev),) = back.values()
+    assert delay_ok(38.0, fwd) and delay_ok(38.0, rev), (mechanism, fwd, rev)
     assert_no_leak()
     assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
