@@ -145,9 +145,12 @@ class RankPool:
     label = "rank pool"  # what messages call it
 
     def __init__(self, emu=None, *, preload: Sequence[str] = DEFAULT_PRELOAD,
-                 log: Callable[[str], None] | None = None, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+                 log: Callable[[str], None] | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
+                 wait: bool = True) -> None:
+        """Start the server; ``wait`` False: return at once, and call :meth:`wait_ready` before using
+        it (several pools then import their modules at the same time: remotepool.ServerPools)."""
         self.emu, self.log = emu, log or (lambda _msg: None)
-        t0 = time.monotonic()
+        self._started, self._preload, self._ready_timeout_s = time.monotonic(), tuple(preload), ready_timeout_s
         self._server = self._spawn(list(preload))
         if emu is not None:
             emu.register(self._server, role=self.role)
@@ -156,10 +159,20 @@ class RankPool:
         self._buf, self._eof, self._seq = b"", False, 0
         self._live: dict[int, PooledProcess] = {}  # pid -> handle, until its exit is read
         self._replies: dict[int, PooledProcess | str] = {}  # request id -> handle or error (0: the server's)
-        if not isinstance(reply := self._reply(0, ready_timeout_s), dict):
+        self.ready_at: float | None = None  # when the server said it was ready (monotonic)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Until the server has imported its modules; EmulatorError (and the server ended) if it fails."""
+        if self.ready_at is not None:
+            return
+        if not isinstance(reply := self._reply(0, self._ready_timeout_s), dict):
             self.close()
-            raise EmulatorError(f"rank pool server ({' '.join(preload)}): {reply}")
-        self.log(f"{self.label} ready: pid {self.pid}, preloaded {', '.join(preload)} ({time.monotonic() - t0:.1f} s)")
+            raise EmulatorError(f"rank pool server ({' '.join(self._preload)}): {reply}")
+        self.ready_at = time.monotonic()
+        self.log(f"{self.label} ready: pid {self.pid}, preloaded {', '.join(self._preload)} "
+                 f"({self.ready_at - self._started:.1f} s)")
 
     def _spawn(self, preload: list[str]) -> subprocess.Popen:
         """The server process (here: a child in its own session; another machine's: over SSH)."""

@@ -163,6 +163,30 @@ def test_a_rank_pool_on_the_other_server(second_server, tmp_path):
     assert str(err.value).startswith(f"{NAME}: the rank pool did not start over ssh") and "\n" not in str(err.value)
 
 
+def test_the_servers_pools_start_together(second_server, state_dir, assert_no_leak):
+    """ServerPools spawns every server's fork server before it waits for any: the other server's
+    pool was started before this one had imported its modules (torch: seconds of CPU each, which
+    now overlap instead of adding up), and each serves ranks in its own server's hosts."""
+    from emulator.jobs.remotepool import ServerPools
+
+    topo = two_cluster_topology()
+    servers = _servers(second_server)
+    servers.tunnel = "vxlan"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with ClusterEmulation(topo, NetConfig(hosts_per_cluster=1), servers=servers,
+                          assignment={"east": "localhost", "west": NAME}) as emu:
+        with ServerPools(emu, preload=("torch", TARGETS)) as pools:
+            here, there = pools.for_host("east-h0"), pools.for_host("west-h0")
+            assert not here.remote and there.remote
+            assert there._started < here.ready_at and here._started < there.ready_at
+            for pool, host in ((here, "east-h0"), (there, "west-h0")):
+                files = pool.files_dir or str(state_dir)
+                child = pool.start(module=TARGETS, args=["sleep", "0"], env=env, log_path=f"{files}/{host}.log",
+                                   ns_pid=emu.node(host).pid if not pool.remote else None)
+                assert child.wait(timeout=30) == 0
+    assert_no_leak()
+
+
 def test_run_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path):
     """`emulator run --servers`: the WAN job's ranks on both servers, every job ok and within the bound
     of the one-server root test, the remote ranks' files copied back, nothing left on either server."""
