@@ -30,9 +30,10 @@ probes use to put both ends' stamps on one clock. Teardown: local processes (tun
 clients of remote processes), every node's shell, then each agent (it ends every process marked
 ``<run id>@<server>`` there and confirms), then the master connections.
 
-Live link changes (``--wan-events``) on remote routers: :mod:`emulator.net.liveremote`.
+Live link changes (``--wan-events``, ``check --step``) on remote routers: :mod:`emulator.net.liveremote`
+(the step test's flow runs towards this machine's end of the link, whose bytes it reads here).
 Not yet: a WAN link between two servers neither of which is the first (the tunnel is made from
-here), ``check --step`` on remote routers, delay daemon statistics from remote routers.
+here), delay daemon statistics from remote routers.
 """
 
 from __future__ import annotations

@@ -21,16 +21,18 @@ from dataclasses import dataclass
 
 from emulator.jobs.dilation import Choice
 from emulator.net.capability import require_root
-from emulator.net.check import CHECK_AUTO, format_table, network_config, problems_of, real_equivalent
+from emulator.net.check import CHECK_AUTO, format_steps, format_table, network_config, problems_of, real_equivalent
 from emulator.net.measure import Result, Target, measure_all, measure_delays
 from emulator.net.multihost import ClusterEmulation, check_assignment, crossing_links
 from emulator.net.remote import ServerHost
 from emulator.net.servers import ServerSet, assign_clusters
 from emulator.net.state import ProcRecord, proc_starttime
+from emulator.net.step import step_test
 from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS
 from spiderflow.cliutil import dumps
 from spiderflow.errors import ConfigError
 from spiderflow.topology import Topology
+from spiderflow.wan.events import resolve_link
 
 # Issue 20's targets for links between servers (stricter than the check's own tolerance)
 TARGET_BANDWIDTH_FRACTION = 0.97
@@ -146,11 +148,17 @@ def _local_host(emu):
 
 
 def main_multihost(args: argparse.Namespace, topo: Topology, pins: dict[str, str], servers: ServerSet) -> int:
-    if args.step is not None:
-        raise ConfigError("--step: not supported with --servers yet (live changes on remote routers); "
-                          "leave one of the two out")
     assignment = assign_clusters(topo.names, servers.names, pins=pins, source=topo.source)
     check_assignment(topo, assignment, servers.first)
+    step_link = None
+    if args.step:
+        step_link = resolve_link(args.step, topo)
+        if isinstance(step_link, str):
+            raise ConfigError(f"--step: {step_link}")
+        if servers.first not in (assignment[step_link[0]], assignment[step_link[1]]):
+            raise ConfigError(f"--step: link {args.step} has no end on this machine ({step_link[0]} and "
+                              f"{step_link[1]} are on other servers; the receiver's bytes are read here): "
+                              "name a link with an end on the first server")
     choice = CHECK_AUTO if args.dilation == "auto" else Choice(dilation=args.dilation, reason="--dilation")
     config = network_config(args, choice.dilation)
     require_root()
@@ -166,8 +174,9 @@ def main_multihost(args: argparse.Namespace, topo: Topology, pins: dict[str, str
         tunnels = list(emu.tunnels)
         results = [real_equivalent(r, k)
                    for r in measure_all(emu, wan_seconds=args.seconds * k, wan_omit_s=2.0 * k, progress=progress)]
+        steps = step_test(emu, link=step_link, progress=progress) if args.step is not None else []
         overhead = [] if args.no_overhead else measure_overhead(emu, servers.remote[0], log=progress)
-    ok = all(not problems_of(r) for r in results)
+    ok = all(not problems_of(r) for r in results) and all(st.ok for st in steps)
     summary = summarize(results, assignment)
     progress(f"done in {time.monotonic() - t0:.0f} s")
     fastest = max((emu.plan.port(a, b).shape.wire_mbps for a, b in crossing_links(topo, assignment)), default=0.0)
@@ -182,10 +191,13 @@ def main_multihost(args: argparse.Namespace, topo: Topology, pins: dict[str, str
                      "targets": {"bandwidth_min_fraction": TARGET_BANDWIDTH_FRACTION,
                                  "delay_abs_ms": TARGET_DELAY_ABS_MS},
                      "links": [dict(r.as_json(), cross_server=crosses(r, assignment)) for r in results],
+                     **({"steps": [st.as_json() for st in steps]} if args.step is not None else {}),
                      "summary": summary, "overhead": [o.as_json() for o in overhead],
                      "fastest_tunnelled_wire_mbps": round(fastest, 1), "ok": ok}, indent=1))
     else:
         print(format_table(topo.source, config, mechanism, results, ok))
+        if steps:
+            print(format_steps(steps))
         print(format_servers(servers, assignment, offsets, results, summary, overhead, fastest, k))
     return 0 if ok else 1
 

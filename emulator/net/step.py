@@ -3,7 +3,9 @@
 One TCP flow (iperf3) crosses one WAN link (pinned as ``emulator check`` pins
 it). From this process we read the receiving host's ``rx_bytes`` every
 :data:`SAMPLE_S` (``/proc/PID/net/dev`` of a process in its namespace, so no
-command runs per sample) on the machine-wide monotonic clock. After a
+command runs per sample) on the machine-wide monotonic clock (over several servers, ``--servers``, the
+flow runs towards this machine's end of the link, so that host is here;
+the sender and the router that changes may be on the other server). After a
 warm-up the link's bandwidth is multiplied by ``factor`` through
 :class:`~emulator.net.live.LiveNetwork` (what ``emulator run --wan-events``
 uses), and later set back. For each step we report:
@@ -103,6 +105,11 @@ def step_test(emu, *, link: tuple[str, str] | None = None, factor: float = 0.5,
         raise EmulatorError("--step needs a WAN link; this topology has none")
     if link is not None:
         wan = [t for t in wan if {t.a, t.b} == set(link)]
+    if getattr(emu, "is_remote", None):  # a ClusterEmulation: the receiver's bytes are read from /proc here
+        wan = [t for t in wan if not emu.is_remote(t.dst)]
+        if not wan:
+            raise EmulatorError("--step with --servers: the link needs an end on this machine (its receiver's "
+                                "bytes are read here); name one with --step A-B")
     target: Target = wan[0]
     pin_routes(emu, [target])
     live = LiveNetwork(emu)

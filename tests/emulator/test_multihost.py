@@ -59,6 +59,21 @@ def test_cli_bad_tunnel_exits_2_with_one_line():
     assert "Traceback" not in done.stderr
 
 
+def test_cli_step_on_a_link_with_no_end_here_exits_2_with_one_line(tmp_path):
+    """`check --servers --step A-B` reads the receiver's bytes on this machine: a link whose two ends
+    are on other servers (london-tokyo of the default topology split over two) is refused before
+    anything is built, naming the option and the fix."""
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu2\n  HostName 192.0.2.1\n")
+    done = subprocess.run([sys.executable, "-m", "emulator", "check", "--servers", "localhost,gpu2",
+                           "--ssh-config", str(config), "--step", "london-tokyo"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --step: link london-tokyo has no end on this machine")
+    assert "first server" in lines[0] and "Traceback" not in done.stderr
+
+
 def test_cli_missing_ssh_config_exits_2():
     done = subprocess.run([sys.executable, "-m", "emulator", "check", "--servers", "localhost,gpu2",
                            "--ssh-config", "/nonexistent/ssh_config"], capture_output=True, text=True,

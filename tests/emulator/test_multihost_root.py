@@ -401,3 +401,24 @@ def test_a_link_between_servers_goes_down_and_comes_back(second_server, state_di
     assert delay_ok(38.0, fwd) and delay_ok(38.0, rev), (mechanism, fwd, rev)
     assert_no_leak()
     assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
+
+
+def test_check_step_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path):
+    """`emulator check --servers --step`: the tunnelled east-west link (west on the other server) halved
+    and restored under one flow towards east (its bytes read here), the change made in both routers,
+    the remote one through its kept shell: in force within the step test's 100 ms, and the rate settled."""
+    (tmp_path / "two.yaml").write_text(TWO_CLUSTER_YAML)
+    argv = [PYTHON, "-m", "emulator", "check", "--topology", str(tmp_path / "two.yaml"), "--json",
+            "--hosts-per-cluster", "1", "--seconds", "2", "--step", "--no-overhead",
+            "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=os.environ)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    down, up = report["steps"]
+    assert down["direction"] == "west -> east" and (down["from_gbps"], down["to_gbps"], up["to_gbps"]) == (0.6, 0.3, 0.6)
+    for step in (down, up):
+        assert step["apply_ms"] <= 100 and step["settle_s"] is not None, step
+        expected = step["rate_before_mbps"] * step["to_gbps"] / step["from_gbps"]
+        assert step["rate_after_mbps"] == pytest.approx(expected, rel=0.1), step
+    assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
+    assert_no_leak()
