@@ -23,6 +23,7 @@ from emulator.net.layout import MAX_HOSTS, MECHANISMS, NetConfig
 from emulator.net.step import APPLY_MS, SETTLE_REL, WINDOW_S, Step, step_test
 from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, problems
 from spiderflow.errors import ConfigError
+from spiderflow.topology import Topology
 from spiderflow.wan.events import resolve_link
 from spiderflow.cliutil import dumps, float_in, int_in
 from emulator.net.servers import add_server_arguments, load_topology_with_servers, server_set
@@ -110,11 +111,7 @@ def main(args: argparse.Namespace) -> int:
         from emulator.net.multihost_check import main_multihost  # Mininet's cluster mode only when asked
 
         return main_multihost(args, topo, pins, servers)
-    step_link = None
-    if args.step:
-        step_link = resolve_link(args.step, topo)
-        if isinstance(step_link, str):
-            raise ConfigError(f"--step: {step_link}")
+    step_link = step_link_of(args, topo)
     choice = CHECK_AUTO if args.dilation == "auto" else Choice(dilation=args.dilation, reason="--dilation")
     config = network_config(args, choice.dilation)
     require_root()
@@ -143,6 +140,16 @@ def main(args: argparse.Namespace) -> int:
         if steps:
             print(format_steps(steps))
     return 0 if ok else 1
+
+
+def step_link_of(args: argparse.Namespace, topo: Topology) -> tuple[str, str] | None:
+    """``--step A-B`` as the topology's link (None: no --step, or its default link); ConfigError naming the fix."""
+    if not args.step:
+        return None
+    link = resolve_link(args.step, topo)
+    if isinstance(link, str):
+        raise ConfigError(f"--step: {link}")
+    return link
 
 
 def format_steps(steps: list[Step]) -> str:

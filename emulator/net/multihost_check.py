@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from emulator.jobs.dilation import Choice
 from emulator.net.capability import require_root
-from emulator.net.check import CHECK_AUTO, format_steps, format_table, network_config, problems_of, real_equivalent
+from emulator.net.check import (CHECK_AUTO, format_steps, format_table, network_config, problems_of, real_equivalent,
+                                step_link_of)
 from emulator.net.measure import Result, Target, measure_all, measure_delays
 from emulator.net.multihost import ClusterEmulation, check_assignment, crossing_links
 from emulator.net.remote import ServerHost
@@ -32,7 +33,6 @@ from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS
 from spiderflow.cliutil import dumps
 from spiderflow.errors import ConfigError
 from spiderflow.topology import Topology
-from spiderflow.wan.events import resolve_link
 
 # Issue 20's targets for links between servers (stricter than the check's own tolerance)
 TARGET_BANDWIDTH_FRACTION = 0.97
@@ -150,11 +150,8 @@ def _local_host(emu):
 def main_multihost(args: argparse.Namespace, topo: Topology, pins: dict[str, str], servers: ServerSet) -> int:
     assignment = assign_clusters(topo.names, servers.names, pins=pins, source=topo.source)
     check_assignment(topo, assignment, servers.first)
-    step_link = None
-    if args.step:
-        step_link = resolve_link(args.step, topo)
-        if isinstance(step_link, str):
-            raise ConfigError(f"--step: {step_link}")
+    step_link = step_link_of(args, topo)
+    if step_link is not None:
         if servers.first not in (assignment[step_link[0]], assignment[step_link[1]]):
             raise ConfigError(f"--step: link {args.step} has no end on this machine ({step_link[0]} and "
                               f"{step_link[1]} are on other servers; the receiver's bytes are read here): "
