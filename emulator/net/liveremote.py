@@ -73,12 +73,21 @@ def start_shells(emu, shells: dict[str, subprocess.Popen]) -> None:
     """A ``sh`` in each router of another server (into ``shells``, by router; a dead one replaced), kept
     for the live changes (an SSH session costs ~0.25 s here, a line to a running shell a few ms).
     Started with ``emu.popen``, so they carry the emulation's marker there and end at teardown like
-    every other process."""
+    every other process; all started, then each waited for until it answers, so that the first
+    change does not pay for the sessions (it was in force ~0.25 s after due, the next ones ~15 ms)."""
+    started = []
     for c in emu.plan.clusters:
         router = c.router.name
         if emu.is_remote(router) and (router not in shells or shells[router].poll() is not None):
             shells[router] = emu.popen(router, ["sh"], role="live-shell", stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0)
+            started.append(router)
+    for router in started:
+        try:
+            run_in_shell(shells[router], ":", SSH_TIMEOUT_S)
+        except (OSError, TimeoutError, EOFError) as exc:
+            raise EmulatorError(f"{router}@{emu.server_of(router)}: its shell for live changes did not start "
+                                f"({exc})") from None
 
 
 def run_in_shell(shell: subprocess.Popen, script: str, timeout_s: float) -> tuple[int, str]:

@@ -312,6 +312,7 @@ def test_live_wan_changes_on_the_other_servers_routers(second_server, state_dir,
     from spiderflow.wan import WanEvent
 
     from emulator.net.live import LiveNetwork
+    from emulator.net.liveremote import run_in_shell
     from emulator.net.measure import measure_delays, targets
 
     topo = load_topology(str(REPO / "topologies/default.yaml"))
@@ -325,6 +326,12 @@ def test_live_wan_changes_on_the_other_servers_routers(second_server, state_dir,
 
     with ClusterEmulation(topo, NetConfig(hosts_per_cluster=1), servers=servers, assignment=assignment) as emu:
         live = LiveNetwork(emu)
+        # its remote shells are up when it returns: a line each answers at once (an SSH session
+        # starting takes ~0.25 s here, and the first change used to pay for it)
+        ready = time.monotonic()
+        for shell in live._shells.values():
+            run_in_shell(shell, ":", 5.0)
+        ready = time.monotonic() - ready
         before = emu.run("london-gw", ["tc", "class", "show", "dev", "w-tokyo"]).stdout
         t0 = time.monotonic()
         applied = live.apply([ev("virginia", "london", 0.3, 45.0), ev("tokyo", "london", 0.3, 60.0)])
@@ -344,6 +351,7 @@ def test_live_wan_changes_on_the_other_servers_routers(second_server, state_dir,
     # in force before apply() returned (the remote daemons' acks, on our clock), well under the 0.44-1.2 s an
     # SSH session per change took (the step test's 100 ms holds on an idle machine; with the other core busy
     # it took 147 ms once, so the bound here is the mechanism's, not a timing target)
+    assert len(live._shells) == 2 and ready < 0.1, ready
     assert t0 <= applied <= t1 and applied - t0 <= 0.3 and restored > applied, (t0, applied, t1)
     assert "rate 31367Kbit" not in after
     assert len(delays) == 4  # both directions of both links
