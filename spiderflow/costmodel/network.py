@@ -97,6 +97,15 @@ class TopologyView:
                 self._memo[key] = Channel(base.alpha_s, base.bytes_per_s * crowded / min(gbps))
         return self._memo[key]
 
+    def crowded(self, crowd: tuple[tuple[tuple[str, str], int], ...]) -> Crowded:
+        """:meth:`p2p_crowded` with this ``crowd``, for many pairs: the crowd hashed once per view
+        (a long pipeline prices the same few pairs at every stage; memoised on the view)."""
+        key = ("crowded", crowd)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = Crowded(crowd)
+        return hit
+
     def intra(self, cluster: str, *, spans_nodes: bool) -> Channel:
         key = ("intra", cluster, spans_nodes)
         chan = self._memo.get(key)
@@ -161,6 +170,22 @@ class TopologyView:
             worst = max((use[(u, v)] for u, v in zip(path.clusters, path.clusters[1:])), default=1)
             rate = min(rate, chan.bytes_per_s / worst)
         return Channel(alpha, rate)
+
+
+class Crowded:
+    """The channels of one view under one crowd (:meth:`TopologyView.crowded`), each pair looked up
+    once. It keeps no reference to its view (which keeps it in its memo): ``get`` is handed it."""
+
+    __slots__ = ("crowd", "_known")
+
+    def __init__(self, crowd: tuple) -> None:
+        self.crowd, self._known = crowd, {}
+
+    def get(self, view: TopologyView, a: str, b: str) -> Channel:
+        chan = self._known.get((a, b))
+        if chan is None:
+            chan = self._known[a, b] = view.p2p_crowded(a, b, self.crowd)
+        return chan
 
 
 def MatrixView(topology: Topology, calibration: Calibration = NO_CALIBRATION) -> TopologyView:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from spiderflow.costmodel.network import Channel, TopologyView
+from spiderflow.costmodel.network import TopologyView
 from spiderflow.costmodel.stages import StageCost, intra_sync_s, stage_compute_s, stage_params, wan_sync_s
 from spiderflow.plan import Plan
 from spiderflow.topology import Topology
@@ -190,21 +190,14 @@ def price(items: list[RankWork], view: TopologyView,
     each boundary's path (sharing hops the plan's own transfers crowd, ``crowd`` from
     :func:`self_crowd`), the WAN sync a ring over the stage's clusters (DESIGN.md)."""
     out = []
-    chans: dict[tuple[str, str], Channel] = {}  # a long pipeline crosses few pairs: look each up once
-
-    def channel(a: str, b: str) -> Channel:
-        chan = chans.get((a, b))
-        if chan is None:
-            chan = chans[a, b] = view.p2p_crowded(a, b, crowd)
-        return chan
-
+    channels = view.crowded(crowd)
     for w in items:
         send_f = lat_f = send_b = lat_b = 0.0
         if w.next_cluster is not None:
-            chan = channel(w.cluster, w.next_cluster)
+            chan = channels.get(view, w.cluster, w.next_cluster)
             send_f, lat_f = chan.time(w.next_bytes), chan.alpha_s
         if w.prev_cluster is not None:
-            chan = channel(w.cluster, w.prev_cluster)
+            chan = channels.get(view, w.cluster, w.prev_cluster)
             send_b, lat_b = chan.time(w.prev_bytes), chan.alpha_s
         wan = wan_sync_s(w.grad_bytes, w.sync_clusters, view) if len(w.sync_clusters) > 1 else 0.0
         out.append(StageCost(w.forward_s, w.backward_s, send_f, send_b, w.sync_intra_s, wan,

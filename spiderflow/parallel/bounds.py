@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from spiderflow.costmodel.memory import GB, USABLE_FRACTION
-from spiderflow.costmodel.network import Channel, TopologyView
+from spiderflow.costmodel.network import Channel, Crowded, TopologyView
 from spiderflow.costmodel.stages import ring_allreduce_s, wan_sync_s
 from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.parallel.shapes import Shape
@@ -133,30 +133,11 @@ def _segment(job: Job, cluster: str, tp: int, view: TopologyView) -> tuple[float
     return hit
 
 
-class _Channels:
+def _channels(shape: Shape, view: TopologyView) -> Crowded:
     """Channels between the clusters of one shape's chain as ``estimate`` prices its sends: over
     the hops the plan's own transfers crowd (:func:`~spiderflow.costmodel.work.chains_crowd_of`;
-    only the order of each replica's clusters matters, so every shape of a chain shares it). One
-    per chain and view (:meth:`of`, kept in the view's memo), each channel looked up once (without
-    hashing the crowd again)."""
-
-    def __init__(self, crowd: tuple) -> None:
-        self.crowd, self._known = crowd, {}
-
-    @classmethod
-    def of(cls, shape: Shape, view: TopologyView) -> _Channels:
-        chains = tuple(tuple(c for c, _, _ in rep) for rep in shape.replicas)
-        key = ("bound-channels", chains)
-        hit = view._memo.get(key)
-        if hit is None:
-            hit = view._memo[key] = cls(chains_crowd_of(chains, view))
-        return hit
-
-    def get(self, view: TopologyView, a: str, b: str) -> Channel:
-        chan = self._known.get((a, b))
-        if chan is None:
-            chan = self._known[a, b] = view.p2p_crowded(a, b, self.crowd)
-        return chan
+    only the order of each replica's clusters matters, so every shape of a chain shares them)."""
+    return view.crowded(chains_crowd_of(tuple(tuple(c for c, _, _ in rep) for rep in shape.replicas), view))
 
 
 @dataclass(frozen=True)
@@ -199,7 +180,7 @@ class ShapeBound:
                        if len(clusters) > 1 else (0.0, ()))
         lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
         group = spec.boundary_bytes(1, s)
-        channel = _Channels.of(shape, view)
+        channel = _channels(shape, view)
         self.replicas: list[_Replica] = []
         seen: set = set()
         for rep, layout in zip(shape.replicas, layouts):
@@ -324,7 +305,7 @@ class QuickBound:
         lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
         group = spec.boundary_bytes(1, s)
         L = spec.layers
-        channel = _Channels.of(shape, view)
+        channel = _channels(shape, view)
         self.replicas: list[tuple[float, float, float, float, float]] = []
         seen: set = set()
         for rep in shape.replicas:
