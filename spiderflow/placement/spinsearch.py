@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import OrderedDict
+from functools import lru_cache
 
 from spiderflow.costmodel import TopologyView
 from spiderflow.costmodel.network import Channel
@@ -158,43 +158,37 @@ def _count_variants(req: PlacementRequest, grown: list[str]) -> list[dict[str, i
     return out
 
 
-_ORDERS: OrderedDict = OrderedDict()  # (clusters, their pairs' figures) -> chain, across requests (LRU)
-ORDER_MEMO = 20_000
-
-
 def _order(names: list[str], view: TopologyView) -> list[str]:
     """Chain maximising the thinnest boundary, then minimising summed latency.
 
     A function of the clusters and their pairs' (bandwidth, latency) only, so it is memoised on
-    those across requests: admission asks about many states that share a set's links (on 2,000 jobs
-    at load 0.9, ordering took a tenth of the run)."""
+    those across requests (:func:`_best_order`): admission asks about many states that share a
+    set's links (on 2,000 jobs at load 0.9, ordering took a tenth of the run)."""
     if len(names) <= 2:
         return sorted(names)
-    names = sorted(names)
+    names = tuple(sorted(names))
     # (bandwidth, -latency) of every ordered pair, looked up once
-    link = {(a, b): (ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
-            for ch in (view.p2p(a, b),)}
-    memo_key = (tuple(names), tuple(link.values()))
-    known = _ORDERS.get(memo_key)
-    if known is not None:
-        _ORDERS.move_to_end(memo_key)
-        return list(known)
+    figures = tuple((ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
+                    for ch in (view.p2p(a, b),))
+    return list(_best_order(names, figures))
+
+
+@lru_cache(maxsize=20_000)
+def _best_order(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[str, ...]:
+    """:func:`_order` of ``names`` (sorted) given ``figures``, their ordered pairs' (bandwidth,
+    -latency) in ``names`` x ``names`` order."""
+    link = dict(zip(((a, b) for a in names for b in names if a != b), figures))
 
     def key(chain) -> tuple:
         hops = [link[a, b] for a, b in zip(chain, chain[1:])]
         return (min(bw for bw, _ in hops), sum(neg for _, neg in hops))
 
     if len(names) <= EXHAUSTIVE_ORDER:
-        order = list(max((p for p in itertools.permutations(names) if p[0] < p[-1]), key=key))
-    else:
-        order = max(_greedy_orders(names, view, link), key=key)
-    _ORDERS[memo_key] = tuple(order)
-    if len(_ORDERS) > ORDER_MEMO:
-        _ORDERS.popitem(last=False)
-    return order
+        return max((p for p in itertools.permutations(names) if p[0] < p[-1]), key=key)
+    return tuple(max(_greedy_orders(list(names), None, link), key=key))
 
 
-def _greedy_orders(names: list[str], view: TopologyView, link: dict | None = None) -> list[list[str]]:
+def _greedy_orders(names: list[str], view: TopologyView | None, link: dict | None = None) -> list[list[str]]:
     """Greedy widest-neighbour chains from every start. Each cluster's neighbours in preference
     order (widest, then nearest, then by name): the next hop is the first one not yet chained."""
     if link is None:
