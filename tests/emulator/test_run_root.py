@@ -262,7 +262,7 @@ def test_wan_events_change_the_link_under_a_running_job(inputs, state_dir, asser
     / 10): the event is in force within 100 ms, and the WAN job's iterations after it match the cost
     model on the new link (measured -1.4% on the development machine)."""
     (inputs / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n40,west-east,0.4,,1\n")
-    done = subprocess.run(run_argv(inputs, "--iterations", "20", "--wan-events", str(inputs / "events.csv")),
+    done = subprocess.run(run_argv(inputs, "--iterations", "12", "--wan-events", str(inputs / "events.csv")),
                           cwd=REPO, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
@@ -282,11 +282,11 @@ def test_wan_events_change_the_link_under_a_running_job(inputs, state_dir, asser
 
 @pytest.mark.root
 def test_an_outage_with_no_way_round_stops_the_job_and_it_is_placed_again(inputs, state_dir, assert_no_leak):
-    """east-west goes down at trace 40 s and comes back at 80 s: the WAN job (east + west) has no other
+    """east-west goes down at trace 20 s and comes back at 50 s: the WAN job (east + west) has no other
     route, so it is stopped, waits (not rejected: the network is impaired), is placed again when the
     link is back, pays its restart cost and runs the iterations it had left."""
-    (inputs / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n40,east-west,,,0\n80,east-west,,,1\n")
-    done = subprocess.run(run_argv(inputs, "--iterations", "20", "--wan-events", str(inputs / "events.csv")),
+    (inputs / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n20,east-west,,,0\n50,east-west,,,1\n")
+    done = subprocess.run(run_argv(inputs, "--iterations", "12", "--wan-events", str(inputs / "events.csv")),
                           cwd=REPO, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
@@ -305,8 +305,8 @@ def test_an_outage_with_no_way_round_stops_the_job_and_it_is_placed_again(inputs
 
 @pytest.mark.root
 def test_withdrawn_gpus_stop_the_job_on_them_until_they_return(inputs, state_dir, assert_no_leak):
-    (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n40,east,8,10,80\n")
-    done = subprocess.run(run_argv(inputs, "--iterations", "20", "--capacity-events", str(inputs / "capacity.csv")),
+    (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n20,east,8,10,50\n")
+    done = subprocess.run(run_argv(inputs, "--iterations", "12", "--capacity-events", str(inputs / "capacity.csv")),
                           cwd=REPO, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
