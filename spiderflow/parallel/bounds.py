@@ -48,7 +48,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from spiderflow.costmodel.memory import GB, USABLE_FRACTION
 from spiderflow.costmodel.network import Channel, Crowded, TopologyView
@@ -150,6 +150,18 @@ class _Replica:
     send_b: tuple[tuple[float, float], ...]
     sync_s: tuple[float, ...]  # intra-cluster sync, seconds
     wan: tuple[tuple[float, tuple[str, ...]], ...]  # inter-cluster sync seconds and its ring
+    peak: float  # per sequence, the largest of any stage's work and send time either way
+
+    @classmethod
+    def of(cls, work, bwd, fwd, send_f, send_b, sync_s, wan) -> "_Replica":
+        peak = max(max(w, f[1], k[1]) for w, f, k in zip(work, send_f, send_b))
+        return cls(work, bwd, fwd, send_f, send_b, sync_s, wan, peak)
+
+    def recomputing(self) -> "_Replica":
+        """The same replica with full recomputation: every backward runs its forward again."""
+        return _Replica.of(tuple(w + f for w, f in zip(self.work, self.fwd)),
+                           tuple(w + f for w, f in zip(self.bwd, self.fwd)), self.fwd, self.send_f, self.send_b,
+                           self.sync_s, self.wan)
 
 
 class ShapeBound:
@@ -164,23 +176,37 @@ class ShapeBound:
         params = [_stage_params(n, i == 0, i == S - 1, spec) for i, n in enumerate(counts)]
         # Gradient syncs, as stage_syncs / intra_sync_s / wan_sync_s price them (they do not depend on
         # b, m or the memory levers): per stage, its replicas' clusters and replica 0's tp.
+        # (most stages of a shape repeat another's clusters, tp and parameters: each priced once)
         sync_s, wan = [], []
+        syncs: dict[tuple, tuple[float, tuple]] = {}
         for i in range(S):
-            at = [lay[i][0] for lay in layouts]
-            clusters = tuple(dict.fromkeys(at))
+            at = tuple(lay[i][0] for lay in layouts)
             tp = layouts[0][i][1]
-            nbytes = params[i] / tp * GRAD_BYTES_PER_PARAM
-            intra = 0.0
-            for c in clusters:
-                g = shape.dp * at.count(c)
-                spans = g * tp > topo.cluster(c).gpus_per_node
-                intra = max(intra, ring_allreduce_s(nbytes, g, view.intra(c, spans_nodes=spans)))
-            sync_s.append(intra)
-            wan.append((wan_sync_s(float(params[i] * GRAD_BYTES_PER_PARAM), clusters, view), tuple(sorted(clusters)))
-                       if len(clusters) > 1 else (0.0, ()))
+            key = (at, tp, params[i])
+            hit = syncs.get(key)
+            if hit is None:
+                clusters = tuple(dict.fromkeys(at))
+                nbytes = params[i] / tp * GRAD_BYTES_PER_PARAM
+                intra = 0.0
+                for c in clusters:
+                    g = shape.dp * at.count(c)
+                    spans = g * tp > topo.cluster(c).gpus_per_node
+                    intra = max(intra, ring_allreduce_s(nbytes, g, view.intra(c, spans_nodes=spans)))
+                hit = syncs[key] = (intra, (wan_sync_s(float(params[i] * GRAD_BYTES_PER_PARAM), clusters, view),
+                                            tuple(sorted(clusters))) if len(clusters) > 1 else (0.0, ()))
+            sync_s.append(hit[0])
+            wan.append(hit[1])
         lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
         group = spec.boundary_bytes(1, s)
         channel = _channels(shape, view)
+        sends: dict[tuple[str, str], tuple[float, float]] = {}  # (from, to) -> _send's pair
+
+        def send(a: str, b: str) -> tuple[float, float]:
+            hit = sends.get((a, b))
+            if hit is None:
+                hit = sends[a, b] = self._send(channel.get(view, a, b), a, b, group, shape.dp)
+            return hit
+
         self.replicas: list[_Replica] = []
         seen: set = set()
         for rep, layout in zip(shape.replicas, layouts):
@@ -195,12 +221,11 @@ class ShapeBound:
                 work.append(3 * fwd + 2 * counts[i] * tp_s)
                 bwd.append(2 * fwd + counts[i] * tp_s)
                 fwds.append(fwd + counts[i] * tp_s)
-                send_f.append(self._send(channel.get(view, cluster, layout[i + 1][0]), cluster,
-                                         layout[i + 1][0], group, shape.dp) if i + 1 < S else (0.0, 0.0))
-                send_b.append(self._send(channel.get(view, cluster, layout[i - 1][0]), cluster,
-                                         layout[i - 1][0], group, shape.dp) if i > 0 else (0.0, 0.0))
-            self.replicas.append(_Replica(tuple(work), tuple(bwd), tuple(fwds), tuple(send_f), tuple(send_b),
-                                          tuple(sync_s), tuple(wan)))
+                send_f.append(send(cluster, layout[i + 1][0]) if i + 1 < S else (0.0, 0.0))
+                send_b.append(send(cluster, layout[i - 1][0]) if i > 0 else (0.0, 0.0))
+            self.replicas.append(_Replica.of(tuple(work), tuple(bwd), tuple(fwds), tuple(send_f), tuple(send_b),
+                                             tuple(sync_s), tuple(wan)))
+        self._recomputing: list[_Replica] | None = None  # the replicas with full recomputation, once asked
 
     @staticmethod
     def _send(chan: Channel, a: str, b: str, group: int, dp: int) -> tuple[float, float]:
@@ -210,17 +235,20 @@ class ShapeBound:
     def bound(self, b: int, m: int, recompute: bool = False) -> float:
         """A floor under ``estimate`` of this shape's plan with micro-batches of ``b``, ``m`` of them
         (with full recomputation: each backward also runs its forward again, as ``estimate`` prices it)."""
-        return max(self._replica_bound(r, b, m, recompute) for r in self.replicas) * (1 - SAFETY)
+        if recompute:
+            if self._recomputing is None:
+                self._recomputing = [r.recomputing() for r in self.replicas]
+            replicas = self._recomputing
+        else:
+            replicas = self.replicas
+        return max(self._replica_bound(r, b, m) for r in replicas) * (1 - SAFETY)
 
     @staticmethod
-    def _replica_bound(r: _Replica, b: int, m: int, recompute: bool = False) -> float:
-        if recompute:
-            r = replace(r, work=tuple(w + f for w, f in zip(r.work, r.fwd)),
-                        bwd=tuple(w + f for w, f in zip(r.bwd, r.fwd)))
+    def _replica_bound(r: _Replica, b: int, m: int) -> float:
         work = [b * w for w in r.work]
         sf = [a + b * t for a, t in r.send_f]
         sb = [a + b * t for a, t in r.send_b]
-        period = max(max(w, b * f[1], b * k[1]) for w, f, k in zip(work, r.send_f, r.send_b))
+        period = b * r.peak  # = max over stages of b*work, b*send time either way (b > 0: the same float)
         if m >= 2:
             for j in range(len(work) - 1):  # estimate's window over stages j..j+1
                 period = max(period, (work[j] + work[j + 1] + sf[j] + sb[j + 1]) / 2)

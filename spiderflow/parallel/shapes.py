@@ -86,6 +86,7 @@ def _enumerate(segments: tuple[tuple[str, int], ...], nodes: tuple[int, ...], he
                layers: int) -> Iterator[Shape]:
     k = len(segments)
     gcd_pow = min(g & -g for _, g in segments)  # largest power of two dividing every count
+    groupings = tuple(replica_groupings(k))
     for dp in powers_of_two(gcd_pow):
         options = [_options(g, dp, node, heads, layers) for (_, g), node in zip(segments, nodes)]
         if any(not o for o in options):
@@ -96,8 +97,8 @@ def _enumerate(segments: tuple[tuple[str, int], ...], nodes: tuple[int, ...], he
             # one tp level for all segments: the i-th smallest tp each admits
             combos = (tuple(o[min(i, len(o) - 1)] for o in options) for i in range(max(map(len, options))))
         for combo in combos:
-            for groups in replica_groupings(k):
-                reps = tuple(tuple((segments[j][0], *combo[j]) for j in grp) for grp in groups)
-                depths = {sum(pp for _, _, pp in rep) for rep in reps}
-                if len(depths) == 1 and next(iter(depths)) <= layers:
-                    yield Shape(replicas=reps, dp=dp)
+            segs = [(c, tp, pp) for (c, _), (tp, pp) in zip(segments, combo)]
+            for groups in groupings:  # every replica the same depth, at most a stage per layer
+                depth = sum(combo[j][1] for j in groups[0])
+                if depth <= layers and all(sum(combo[j][1] for j in grp) == depth for grp in groups[1:]):
+                    yield Shape(replicas=tuple(tuple(segs[j] for j in grp) for grp in groups), dp=dp)

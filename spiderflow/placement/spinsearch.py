@@ -167,17 +167,23 @@ def _order(names: list[str], view: TopologyView) -> list[str]:
     if len(names) <= 2:
         return sorted(names)
     names = tuple(sorted(names))
-    # (bandwidth, -latency) of every ordered pair, looked up once
-    figures = tuple((ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
-                    for ch in (view.p2p(a, b),))
-    return list(_best_order(names, figures))
+    return list(_best_order(names, _figures(names, view)))
+
+
+def _figures(names: tuple[str, ...], view: TopologyView) -> tuple[tuple[float, float], ...]:
+    """(bandwidth, -latency) of every ordered pair of ``names``, in ``names`` x ``names`` order."""
+    return tuple((ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
+                 for ch in (view.p2p(a, b),))
+
+
+def _links(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> dict:
+    return dict(zip(((a, b) for a in names for b in names if a != b), figures))
 
 
 @lru_cache(maxsize=20_000)
 def _best_order(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[str, ...]:
-    """:func:`_order` of ``names`` (sorted) given ``figures``, their ordered pairs' (bandwidth,
-    -latency) in ``names`` x ``names`` order."""
-    link = dict(zip(((a, b) for a in names for b in names if a != b), figures))
+    """:func:`_order` of ``names`` (sorted) given their :func:`_figures`."""
+    link = _links(names, figures)
 
     def key(chain) -> tuple:
         hops = [link[a, b] for a, b in zip(chain, chain[1:])]
@@ -185,26 +191,32 @@ def _best_order(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]
 
     if len(names) <= EXHAUSTIVE_ORDER:
         return max((p for p in itertools.permutations(names) if p[0] < p[-1]), key=key)
-    return tuple(max(_greedy_orders(list(names), None, link), key=key))
+    return max(_greedy_chains(names, figures), key=key)
 
 
-def _greedy_orders(names: list[str], view: TopologyView | None, link: dict | None = None) -> list[list[str]]:
-    """Greedy widest-neighbour chains from every start. Each cluster's neighbours in preference
-    order (widest, then nearest, then by name): the next hop is the first one not yet chained."""
-    if link is None:
-        link = {(a, b): (ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
-                for ch in (view.p2p(a, b),)}
+def _greedy_orders(names: list[str], view: TopologyView) -> list[list[str]]:
+    """Greedy widest-neighbour chains from every start (in name order). Each cluster's neighbours
+    in preference order (widest, then nearest, then by name): the next hop is the first one not
+    yet chained. Memoised like :func:`_best_order` (:func:`_greedy_chains`)."""
+    names = tuple(sorted(names))
+    return [list(chain) for chain in _greedy_chains(names, _figures(names, view))]
+
+
+@lru_cache(maxsize=20_000)
+def _greedy_chains(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[tuple[str, ...], ...]:
+    """:func:`_greedy_orders` of ``names`` (sorted) given their :func:`_figures`."""
+    link = _links(names, figures)
     prefs = {a: sorted((b for b in names if b != a), key=lambda b: (-link[a, b][0], -link[a, b][1], b))
              for a in names}
     chains = []
-    for start in sorted(names):
+    for start in names:
         chain, used = [start], {start}
         while len(chain) < len(names):
             nxt = next(c for c in prefs[chain[-1]] if c not in used)
             chain.append(nxt)
             used.add(nxt)
-        chains.append(chain)
-    return chains
+        chains.append(tuple(chain))
+    return tuple(chains)
 
 
 def _distinct(ranked: list[list[tuple[str, int]]], view: TopologyView) -> list[list[tuple[str, int]]]:
