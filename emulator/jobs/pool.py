@@ -1,4 +1,4 @@
-"""A warm rank pool: a fork server that has imported torch forks one child per rank.
+"""A rank pool: a fork server that has imported torch forks one child per rank (warm; cold: below).
 
     with RankPool(emu) as pool:
         proc = pool.start(module="emulator.jobs.worker", args=[spec_path], env=env, log_path=log,
@@ -39,6 +39,13 @@ the idle server has RSS 239 MiB, PSS 233 MiB, 157 MiB of it anonymous
 waiting at its rendezvous 4.2 MiB, where a cold one holds 156 MiB of
 anonymous memory of its own. Ten 2-rank jobs handed over at once on
 paper8 start in 0.31 s (median; max 0.77 s), ~0.1 s over each job alone.
+
+Cold (``RankPool(..., cold=True)``, ``emulator run --cold-start`` over several servers): the
+server preloads nothing and each start request carries ``"exec": true``; the child does all of the
+above set-up, then ``os.execve``s ``python -m MODULE ARGS`` instead of importing the module, so the
+rank pays a whole interpreter start and its own imports, as a cold ``python -m
+emulator.jobs.worker`` does. Its pid, process group, death signal (``PR_SET_PDEATHSIG`` survives
+``execve``) and the server's exit reports are a warm child's.
 
 Files (``--serve --files DIR``, the pool of another server, :mod:`emulator.jobs.remotepool`):
 a start request may carry ``files`` (path -> text, written before the fork) and ``unlink``
@@ -144,13 +151,18 @@ class RankPool:
     role = "rank-pool"  # what the emulation's process list calls the server
     label = "rank pool"  # what messages call it
 
-    def __init__(self, emu=None, *, preload: Sequence[str] = DEFAULT_PRELOAD,
+    def __init__(self, emu=None, *, preload: Sequence[str] | None = None, cold: bool = False,
                  log: Callable[[str], None] | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
                  wait: bool = True) -> None:
-        """Start the server; ``wait`` False: return at once, and call :meth:`wait_ready` before using
-        it (several pools then import their modules at the same time: remotepool.ServerPools)."""
-        self.emu, self.log = emu, log or (lambda _msg: None)
-        self._started, self._preload, self._ready_timeout_s = time.monotonic(), tuple(preload), ready_timeout_s
+        """Start the server; ``preload`` (None: :data:`DEFAULT_PRELOAD`, or nothing if ``cold``);
+        ``cold``: each child execs its module in a new interpreter (see the module docstring).
+        ``wait`` False: return at once, and call :meth:`wait_ready` before using it (several pools
+        then import their modules at the same time: remotepool.ServerPools)."""
+        if cold and preload:
+            raise ValueError(f"a cold rank pool preloads nothing (got preload={tuple(preload)})")
+        preload = (() if cold else DEFAULT_PRELOAD) if preload is None else tuple(preload)
+        self.emu, self.log, self.cold = emu, log or (lambda _msg: None), cold
+        self._started, self._preload, self._ready_timeout_s = time.monotonic(), preload, ready_timeout_s
         self._server = self._spawn(list(preload))
         if emu is not None:
             emu.register(self._server, role=self.role)
@@ -171,8 +183,8 @@ class RankPool:
             self.close()
             raise EmulatorError(f"rank pool server ({' '.join(self._preload)}): {reply}")
         self.ready_at = time.monotonic()
-        self.log(f"{self.label} ready: pid {self.pid}, preloaded {', '.join(self._preload)} "
-                 f"({self.ready_at - self._started:.1f} s)")
+        what = "cold: each rank execs python -m MODULE" if self.cold else f"preloaded {', '.join(self._preload)}"
+        self.log(f"{self.label} ready: pid {self.pid}, {what} ({self.ready_at - self._started:.1f} s)")
 
     def _spawn(self, preload: list[str]) -> subprocess.Popen:
         """The server process (here: a child in its own session; another machine's: over SSH)."""
@@ -195,11 +207,14 @@ class RankPool:
     def start(self, *, module: str, args: list[str], env: dict[str, str], log_path: str,
               ns_pid: int | None, nice: int = 0, cwd: str | None = None, role: str = "rank",
               files: dict[str, str] | None = None, unlink: Sequence[str] = ()) -> PooledProcess:
-        """Fork a child that runs ``module.main(args)`` (see the module docstring); returns once its pid is known.
+        """Fork a child that runs ``module.main(args)`` (a cold pool's: execs ``python -m module args``; see
+        the module docstring); returns once its pid is known.
         ``files`` / ``unlink``: written / removed by the server first (a pool with a files directory)."""
         self._seq += 1
         request = {"id": self._seq, "module": module, "args": [str(a) for a in args], "env": dict(env),
                    "log_path": str(log_path), "ns_pid": ns_pid, "nice": nice, "cwd": cwd}
+        if self.cold:
+            request["exec"] = True
         if files or unlink:
             request.update(files=dict(files or {}), unlink=[str(p) for p in unlink])
         self._send(request)
@@ -355,6 +370,9 @@ def _child(request: dict, server_pid: int, close_fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(cwd)
+        if request.get("exec"):  # a cold pool's child: a new interpreter imports the module itself
+            argv = [sys.executable, "-m", request["module"], *request["args"]]
+            os.execve(sys.executable, argv, os.environ)
         sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
         sys.argv = [request["module"], *request["args"]]
         code = _exit_code(importlib.import_module(request["module"]).main(request["args"]))

@@ -35,7 +35,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from emulator.jobs.pool import DEFAULT_PRELOAD, READY_TIMEOUT_S, REPO, RankPool, _die_with_parent
+from emulator.jobs.pool import READY_TIMEOUT_S, REPO, RankPool, _die_with_parent
 from emulator.net.servers import Ssh, remote_command
 from emulator.net.state import MARKER_ENV
 from spiderflow.errors import EmulatorError
@@ -97,13 +97,13 @@ class ServerRankPool(RankPool):
     remote = True
 
     def __init__(self, emu=None, *, server: str, ssh: Ssh, files_dir: str, marker: str, clock_offset_ns: int = 0,
-                 preload: Sequence[str] = DEFAULT_PRELOAD, log: Callable[[str], None] | None = None,
+                 preload: Sequence[str] | None = None, cold: bool = False, log: Callable[[str], None] | None = None,
                  ready_timeout_s: float = READY_TIMEOUT_S, stderr_path: str | None = None, wait: bool = True) -> None:
         self.server, self.ssh, self.files_dir, self.marker = server, ssh, files_dir, marker
         self.clock_offset_ns = int(clock_offset_ns)
         self.role, self.label = f"rank-pool@{server}", f"rank pool on {server}"
         self._stderr_path = stderr_path
-        super().__init__(emu, preload=preload, log=log, ready_timeout_s=ready_timeout_s, wait=wait)
+        super().__init__(emu, preload=preload, cold=cold, log=log, ready_timeout_s=ready_timeout_s, wait=wait)
 
     def wait_ready(self) -> None:
         try:
@@ -150,16 +150,18 @@ class ServerRankPool(RankPool):
 class ServerPools:
     """One rank pool per server of a ClusterEmulation (the local one on the first), started together:
     every server is spawned before any is waited for, so their imports (torch: seconds of CPU each)
-    overlap instead of adding up."""
+    overlap instead of adding up. ``cold``: every pool is cold, each rank a new interpreter that
+    imports torch itself on its own server (``emulator run --servers --cold-start``)."""
 
-    def __init__(self, emu, *, preload: Sequence[str] = DEFAULT_PRELOAD,
+    def __init__(self, emu, *, preload: Sequence[str] | None = None, cold: bool = False,
                  log: Callable[[str], None] | None = None) -> None:
         self.emu = emu
         self.pools: dict[str, RankPool] = {}
         try:
-            self.pools[emu.servers.first] = RankPool(emu, preload=preload, log=log, wait=False)
+            self.pools[emu.servers.first] = RankPool(emu, preload=preload, cold=cold, log=log, wait=False)
             for server in emu.servers.remote:
-                self.pools[server] = ServerRankPool.of_emulation(emu, server, preload=preload, log=log, wait=False)
+                self.pools[server] = ServerRankPool.of_emulation(emu, server, preload=preload, cold=cold, log=log,
+                                                                 wait=False)
             for pool in self.pools.values():
                 pool.wait_ready()
         except BaseException:

@@ -1,11 +1,14 @@
 """Tiny ``main(args)`` entry points for children of the rank pool (tests/emulator/test_rank_pool.py).
 
 ``raise``: fails with a RuntimeError; ``sleep S``: sleeps S seconds; ``exit N``: returns N;
-``report PATH``: writes what the child sees (namespaces, session, nice, cwd, environment) to PATH as JSON.
+``report PATH``: writes what the child sees (namespaces, session, nice, cwd, environment, command
+line, whether torch and spiderflow.errors -- which the pool server imports -- are imported) to PATH
+as JSON. Also runs as ``python -m`` (a cold pool's children).
 """
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +26,13 @@ def main(args: list[str]) -> int:
         Path(rest[0]).write_text(json.dumps({
             "ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "mnt")},
             "pid": os.getpid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
-            "nice": os.getpriority(os.PRIO_PROCESS, 0), "cwd": os.getcwd(), "env": dict(os.environ)}))
+            "nice": os.getpriority(os.PRIO_PROCESS, 0), "cwd": os.getcwd(), "env": dict(os.environ),
+            "cmdline": Path("/proc/self/cmdline").read_text().split("\0")[:-1], 
+            "imported": {m: m in sys.modules for m in ("torch", "spiderflow.errors")}}))
         print("reported", flush=True)
         return 0
     raise SystemExit(f"unknown target {what!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

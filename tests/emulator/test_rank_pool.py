@@ -6,6 +6,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from spiderflow.errors import EmulatorError
 from emulator.jobs.pool import RankPool
 from emulator.jobs.worker import RankSpec
 
-from .conftest import two_cluster_topology
+from .conftest import REPO, two_cluster_topology
 
 TARGETS = "tests.emulator.pool_targets"
 
@@ -80,6 +82,47 @@ def test_exit_status_and_traceback_of_a_failing_child(pool, tmp_path):
     assert "Traceback" in log and "RuntimeError: boom from a pooled child" in log
     assert target(pool, tmp_path, "nope").wait(timeout=10) == 1  # SystemExit("...") as a script's
     assert "unknown target 'nope'" in (tmp_path / "child.log").read_text()
+
+
+def test_a_cold_pools_child_execs_a_new_interpreter(pool, tmp_path):
+    """A cold pool's child is `python -m MODULE ARGS`, which imports what it needs itself (the warm
+    pool's child has torch and the pool's imports from its server), with a warm child's group, session,
+    environment, cwd, nice, exit statuses, and death with its server (PR_SET_PDEATHSIG survives execve)."""
+    env = {"ONLY_THIS": "1", "PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
+    seen = {}
+    cold = RankPool(cold=True)
+    try:
+        for name, p in (("warm", pool), ("cold", cold)):
+            proc = p.start(module=TARGETS, args=["report", str(tmp_path / f"{name}.json")], env=env,
+                           log_path=str(tmp_path / f"{name}.log"), ns_pid=None, nice=7, cwd=str(tmp_path))
+            assert proc.wait(timeout=30) == 0, (tmp_path / f"{name}.log").read_text()
+            seen[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        warm_seen, cold_seen = seen["warm"], seen["cold"]
+        assert warm_seen["imported"] == {"torch": True, "spiderflow.errors": True}
+        assert warm_seen["cmdline"][1:4] == ["-m", "emulator.jobs.pool", "--serve"]  # the server's, forked
+        assert cold_seen["imported"] == {"torch": False, "spiderflow.errors": False}
+        assert cold_seen["cmdline"] == [sys.executable, "-m", TARGETS, "report", str(tmp_path / "cold.json")]
+        assert cold_seen["pid"] == cold_seen["pgid"] and cold_seen["sid"] == cold.pid
+        cold_seen["env"].pop("LC_CTYPE", None)  # PEP 538: a new interpreter in the C locale sets it
+        assert cold_seen["env"] == env and cold_seen["cwd"] == str(tmp_path) and cold_seen["nice"] == 7
+        assert (tmp_path / "cold.log").read_text() == "reported\n"
+        assert target(cold, tmp_path, "exit", "3").wait(timeout=30) == 3
+        assert target(cold, tmp_path, "raise").wait(timeout=30) == 1
+        assert "RuntimeError: boom from a pooled child" in (tmp_path / "child.log").read_text()
+        sleeper = target(cold, tmp_path, "sleep", "60")
+        os.kill(cold.pid, signal.SIGKILL)
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while alive(sleeper.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(sleeper.pid)  # its death signal, not the server's shutdown
+    finally:
+        cold.close()
+
+
+def test_a_cold_pool_preloads_nothing():
+    with pytest.raises(ValueError, match="a cold rank pool preloads nothing"):
+        RankPool(cold=True, preload=("torch",))
 
 
 def test_a_killed_child_reports_minus_9_and_the_server_serves_on(pool, tmp_path):

@@ -70,9 +70,12 @@ class FilesPool(RankPool):
                                 preexec_fn=lambda parent=os.getpid(): _die_with_parent(parent))
 
 
-@pytest.fixture
-def files_pool(tmp_path):
-    with FilesPool(tmp_path / "there", preload=(TARGETS,)) as pool:
+@pytest.fixture(params=["warm", "cold"])
+def files_pool(request, tmp_path):
+    """The pool warm, and cold (``--servers --cold-start``: each child execs ``python -m``), whose
+    children take the same file and signal requests."""
+    kwargs = {"cold": True} if request.param == "cold" else {"preload": (TARGETS,)}
+    with FilesPool(tmp_path / "there", **kwargs) as pool:
         yield pool, tmp_path / "there"
 
 
