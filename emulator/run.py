@@ -10,8 +10,9 @@ per-job table (or ``--json``) to stdout. Results are written to ``--out``:
 
 ``--servers localhost,HOST...`` splits the clusters over several machines
 (:class:`~emulator.net.multihost.ClusterEmulation`, docs/multihost.md): ranks
-start from a rank pool on their host's server (:mod:`emulator.jobs.remotepool`)
-and their files come back to ``--out`` here when their job ends.
+start from a rank pool on their host's server (:mod:`emulator.jobs.remotepool`; with
+``--cold-start`` a cold one, whose ranks exec a new interpreter there) and their files come
+back to ``--out`` here when their job ends.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep the kernel's TCP slow start after idle (default: off in the emulated hosts, "
                              "so a pipeline transfer costs alpha + n / beta as the cost model assumes)")
     parser.add_argument("--cold-start", action="store_true",
-                        help="start every rank as a new Python process that imports torch (default: fork it from "
-                             "a warm rank pool that imported torch once, emulator/jobs/pool.py)")
+                        help="start every rank as a new Python process that imports torch (with --servers: exec'd "
+                             "from a cold pool on its server; default: fork it from a warm rank pool that "
+                             "imported torch once, emulator/jobs/pool.py)")
     parser.add_argument("--calibration", default=None, metavar="FILE",
                         help="calibration JSON from `emulator calibrate`: the planner and the predictions use it")
     parser.add_argument("--calibration-any-topology", action="store_true",
@@ -157,21 +159,11 @@ def check_warmup(args: argparse.Namespace) -> None:
                             "--iterations")
 
 
-def check_servers(args: argparse.Namespace, servers: ServerSet | None) -> None:
-    """What ``--servers`` does not take yet: one line naming the option and the fix."""
-    if servers is None:
-        return
-    if getattr(args, "cold_start", False):
-        raise EmulatorError("--cold-start: not supported with --servers yet (ranks on other servers start from "
-                            "their server's warm pool); leave one of the two out")
-
-
 def servers_of(args: argparse.Namespace) -> ServerSet | None:
-    """``--servers`` (None: this machine alone), checked against what it does not take yet."""
+    """``--servers`` (None: this machine alone)."""
     servers = server_set(args)
     if servers is not None and len(servers.names) < 2:
         servers = None  # this machine alone
-    check_servers(args, servers)
     return servers
 
 
@@ -200,14 +192,24 @@ def check_split(topo: Topology, servers: ServerSet | None, assignment: dict[str,
         check_assignment(topo, assignment, servers.first)
 
 
-def rank_pools(emu, servers: ServerSet | None, config: dict, log):
-    """The warm rank pool(s) of ``emu``: one here, or one per server (``config`` gets the clock offsets)."""
+def rank_start(servers: ServerSet | None, cold: bool) -> str:
+    """How ranks start (``config.json``'s ``rank_start``)."""
+    if not cold:
+        return "warm pool"
+    return "cold" if servers is None else "cold (exec from each server's pool)"
+
+
+def rank_pools(emu, servers: ServerSet | None, config: dict, log, *, cold: bool = False):
+    """The rank pool(s) of ``emu``, as a context manager: a warm one here, or one per server (``config``
+    gets the clock offsets). ``cold`` (``--cold-start``): on this machine alone, none (a context giving
+    None: the runner starts each rank as a new process itself); over servers, a cold pool on each, whose
+    ranks exec a new interpreter on their own server (emulator/jobs/pool.py)."""
     if servers is None:
-        return RankPool(emu, log=log)
+        return contextlib.nullcontext() if cold else RankPool(emu, log=log)
     from emulator.jobs.remotepool import ServerPools
 
     config["clock_offsets"] = {s: o.as_json() for s, o in servers.offsets.items()}
-    return ServerPools(emu, log=log)
+    return ServerPools(emu, log=log, cold=cold)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -242,7 +244,7 @@ def main(args: argparse.Namespace) -> int:
               "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
               "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp,
               "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
-              "rank_start": "cold" if args.cold_start else "warm pool",
+              "rank_start": rank_start(servers, args.cold_start),
               "scale": net.scale, "dilation": net.dilation, "dilation_reason": choice.reason,
               "net": asdict(net), "wan_events": args.wan_events,
               "capacity_events": args.capacity_events}
@@ -259,7 +261,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with emulation(topo, net, servers, assignment, progress) as emu, contextlib.ExitStack() as stack:
             mechanism = emu.mechanism
-            pool = None if args.cold_start else stack.enter_context(rank_pools(emu, servers, config, progress))
+            pool = stack.enter_context(rank_pools(emu, servers, config, progress, cold=args.cold_start))
             runner = Runner(topo, jobs, cfg, emu, out_dir=out, log=progress, pool=pool, wan_events=wan_events,
                             capacity_events=capacity_events)
             if runner.cpu_flops_per_s is not None:  # probed by the Runner: config.json gets it too

@@ -14,7 +14,7 @@ from emulator.net.localserver import LocalServer, ssh_client_config, sshd_config
 from emulator.net.measure import Result, Target
 from emulator.net.multihost import check_assignment, crossing_links
 from emulator.net.multihost_check import summarize, target_problems
-from emulator.net.servers import ClockSample, Ssh, assign_clusters, load_topology_with_servers, \
+from emulator.net.servers import ClockSample, ServerSet, Ssh, assign_clusters, load_topology_with_servers, \
     offset_from_samples, one_way_ms, parse_servers, remote_command
 from spiderflow.errors import ConfigError, EmulatorError
 from spiderflow.topology import load_topology
@@ -258,10 +258,11 @@ def test_remote_shell_that_never_starts_fails_in_time(monkeypatch):
 
 
 @pytest.mark.parametrize("command", ["run", "compare"])
-def test_run_and_compare_take_servers_and_refuse_what_is_not_wired_in_one_line(command, tmp_path):
-    """Both commands parse --servers and check it before root: a bad server name, or `run --cold-start`
-    with --servers, is one line and exit 2, with nothing written. --wan-events is taken with --servers
-    (issue 20): a bad events file is that file's own one-line error, not a refusal of the option."""
+def test_run_and_compare_take_servers_and_check_them_before_root_in_one_line(command, tmp_path):
+    """Both commands parse --servers and check it before root: a bad server name is one line and exit 2,
+    with nothing written. --wan-events is taken with --servers (issue 20): a bad events file is that
+    file's own one-line error, not a refusal of the option; so is `run --cold-start` (its ranks exec from
+    a cold pool on each server): a bad server name is still the error."""
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "emulator", command, "--out", str(tmp_path / "o"), *args],
                               capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -272,10 +273,23 @@ def test_run_and_compare_take_servers_and_refuse_what_is_not_wired_in_one_line(c
     assert events.returncode == 2 and events.stderr.count("\n") == 1, events.stderr
     assert "not supported" not in events.stderr and "header lacks column(s) time_s" in events.stderr
     if command == "run":
-        cold = cli("--servers", "localhost,gpu2", "--cold-start")
-        assert cold.returncode == 2 and cold.stderr.startswith("error: --cold-start: not supported with --servers")
-        assert cold.stderr.count("\n") == 1
+        cold = cli("--servers", "localhost,-oProxyCommand=x", "--cold-start")
+        assert cold.returncode == 2 and cold.stderr == bad.stderr, cold.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_cold_start_on_one_server_keeps_no_pool_and_says_how_ranks_start():
+    """`run --cold-start` alone: no pool (the runner starts each rank as a new process, as before
+    --servers took it) and config untouched; config.json's rank_start names each way."""
+    from emulator.run import rank_pools, rank_start
+
+    config: dict = {}
+    with rank_pools(None, None, config, print, cold=True) as pool:
+        assert pool is None
+    assert config == {}
+    servers = ServerSet(names=("localhost", "gpu2"))
+    assert [rank_start(None, False), rank_start(None, True), rank_start(servers, False), rank_start(servers, True)] \
+        == ["warm pool", "cold", "warm pool", "cold (exec from each server's pool)"]
 
 
 CHAIN_YAML = """\

@@ -3,8 +3,8 @@ running its own sshd, emulator/net/localserver.py), two clusters split over both
 between them through Mininet's SSH tunnel with real tc shaping and the delay stage, measured with
 the check's own measurements and tolerance; then a crash of the first server, cleaned up by the
 agent and `emulator clean`; then `emulator run --servers`: a rank pool over SSH, a run whose WAN job
-spans both servers, and a crash of the first server in the middle of a run; live WAN changes, a
-link between the servers going down and coming back. Root only; about 100 s."""
+spans both servers (warm, and with --cold-start), and a crash of the first server in the middle of a
+run; live WAN changes, a link between the servers going down and coming back. Root only; about 210 s."""
 
 import json
 import os
@@ -187,15 +187,18 @@ def test_the_servers_pools_start_together(second_server, state_dir, assert_no_le
     assert_no_leak()
 
 
-def test_run_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path):
+@pytest.mark.parametrize("start", [[], ["--cold-start"]], ids=["warm", "cold"])
+def test_run_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path, start):
     """`emulator run --servers`: the WAN job's ranks on both servers, every job ok and within the bound
-    of the one-server root test, the remote ranks' files copied back, nothing left on either server."""
+    of the one-server root test, the remote ranks' files copied back, nothing left on either server;
+    with --cold-start each rank execs a new interpreter from its server's cold pool."""
     (tmp_path / "two.yaml").write_text(TWO_CLUSTER_1G_YAML)
     (tmp_path / "two.csv").write_text(RUN_TRACE)
     out = tmp_path / "out"
     argv = [PYTHON, "-m", "emulator", "run", "--topology", str(tmp_path / "two.yaml"), "--trace",
             str(tmp_path / "two.csv"), "--hosts-per-cluster", "3", "--out", str(out), "--json",
-            "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
+            "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan",
+            *start]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=os.environ)
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = {j["job_id"]: j for j in json.loads(done.stdout)["jobs"]}
@@ -210,6 +213,9 @@ def test_run_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path
         assert lines[0]["event"] == "start" and lines[-1]["event"] == "done"
     config = json.loads((out / "config.json").read_text())
     assert config["servers"] == ["localhost", NAME] and NAME in config["clock_offsets"]
+    assert config["rank_start"] == ("cold (exec from each server's pool)" if start else "warm pool")
+    if start:  # every server's pool is cold, this one's too
+        assert done.stderr.count("cold: each rank execs python -m MODULE") == 2, done.stderr[-3000:]
     assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
     assert not marked_for(NAME)
     assert_no_leak()
@@ -255,13 +261,6 @@ def test_crash_of_the_first_server_during_a_run(second_server, state_dir, assert
                           timeout=120, env=os.environ)
     assert done.returncode == 0 and "cleaned emulation" in done.stdout, done.stderr
     assert_no_leak()
-
-
-def test_run_refuses_what_servers_do_not_take(tmp_path):
-    done = subprocess.run([PYTHON, "-m", "emulator", "run", "--servers", f"localhost,{NAME}", "--cold-start"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60, env=os.environ)
-    assert done.returncode == 2 and done.stderr.startswith("error: --cold-start: not supported with --servers")
-    assert len(done.stderr.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------ emulator calibrate --servers
