@@ -50,7 +50,8 @@ emulator.jobs.worker`` does. Its pid, process group, death signal (``PR_SET_PDEA
 Files (``--serve --files DIR``, the pool of another server, :mod:`emulator.jobs.remotepool`):
 a start request may carry ``files`` (path -> text, written before the fork) and ``unlink``
 (paths removed first); ``{"stat": [paths]}`` answers each file's size (-1: none),
-``{"fetch": [paths], "max_bytes": N, "remove": bool}`` their bytes (base64; null: none), and
+``{"fetch": [paths], "max_bytes": N, "remove": bool, "offsets": {path: N}}`` their bytes from
+each offset on (base64; null: none), and
 ``{"kill" | "killpg": PID, "sig": N}`` signals a child (its group) that the server has not reaped
 yet, unanswered -- every path under DIR only. A pool without ``--files`` refuses the file
 requests. The local pool never uses them: its owner shares its files and pids.
@@ -230,11 +231,14 @@ class RankPool:
         reply = self._ask({"stat": [str(p) for p in paths]})
         return {p: int(n) for p, n in reply["sizes"].items()}
 
-    def fetch(self, paths: Sequence[str], *, max_bytes: int | None = None, remove: bool = False) -> dict:
-        """Each file's bytes (at most ``max_bytes``; None: no such file) from the server's machine;
-        ``remove``: delete them there once read."""
-        reply = self._ask({"fetch": [str(p) for p in paths], "max_bytes": max_bytes, "remove": remove},
-                          timeout_s=FETCH_TIMEOUT_S)
+    def fetch(self, paths: Sequence[str], *, max_bytes: int | None = None, remove: bool = False,
+              offsets: dict[str, int] | None = None) -> dict:
+        """Each file's bytes (at most ``max_bytes``; None: no such file) from the server's machine,
+        from ``offsets[path]`` on (default 0: the whole file); ``remove``: delete them there once read."""
+        request = {"fetch": [str(p) for p in paths], "max_bytes": max_bytes, "remove": remove}
+        if offsets:
+            request["offsets"] = {str(p): int(n) for p, n in offsets.items()}
+        reply = self._ask(request, timeout_s=FETCH_TIMEOUT_S)
         return {p: None if b is None else base64.b64decode(b) for p, b in reply["files"].items()}
 
     def _ask(self, request: dict, timeout_s: float = START_TIMEOUT_S) -> dict:
@@ -415,10 +419,12 @@ def _file_request(request: dict, files_dir: str | None, children: dict[int, int]
                 sizes[path] = -1
         return {"event": "stat", "id": request["id"], "sizes": sizes}
     out = {}
+    offsets = request.get("offsets") or {}
     for path in request["fetch"]:
         real = _under(files_dir, path)
         try:
             with open(real, "rb") as fh:
+                fh.seek(int(offsets.get(path, 0)))
                 data = fh.read() if request.get("max_bytes") is None else fh.read(int(request["max_bytes"]))
         except FileNotFoundError:
             out[path] = None

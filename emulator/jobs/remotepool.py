@@ -17,8 +17,10 @@ pool, because the ranks run on another machine:
   (``SPIDERFLOW_EMULATION=<run id>@<server>``), also after a crash of the first server;
 - **files**: a rank's spec, JSON lines and log live in ``DIR`` = ``<the agent's scratch
   directory>/ranks`` on that server (removed by the agent at teardown). The spec travels in the
-  start request; the runner asks sizes (``stat``: the log cap, "did it reach its rendezvous") and
-  copies the JSON lines and log back into the run directory here when the job ends (``fetch``).
+  start request; the runner asks sizes (``stat``: the log cap, "did it reach its rendezvous"),
+  appends what the JSON lines gained to their copies in the run directory here every second
+  (``fetch`` from an offset: a crash of the first server keeps what they wrote until then), and
+  copies the rest and the log when the job ends.
   Nothing assumes a shared filesystem: ``DIR`` differs from the run directory even where the
   filesystem is shared (the fake server of scripts/multihost-test.sh), so the copy is exercised;
 - **clock**: ``clock_offset_ns`` is that server's CLOCK_MONOTONIC minus ours (measured at build,
@@ -51,16 +53,42 @@ def by_pool(ranks) -> list[list]:
     return list(groups.values())
 
 
-def fetch_back(pool, files: list[tuple[str, Path, str, Path]], *, max_log_bytes: int) -> None:
+def fetch_back(pool, files: list[tuple[str, Path, str, Path]], *, max_log_bytes: int,
+               copied: dict[str, int] | None = None) -> None:
     """For each ``(lines there, lines here, log there, log here)``: copy the JSON lines and the log (at
     most ``max_log_bytes``) from ``pool``'s server and remove them there, one request each for all;
-    a file that is not there is skipped. EmulatorError when the pool does not answer."""
-    lines = pool.fetch([f[0] for f in files], remove=True)
+    a file that is not there is skipped. ``copied``: bytes of a JSON lines file already copied here
+    (:func:`copy_lines`), appended to. EmulatorError when the pool does not answer."""
+    copied = {there: n for there, n in (copied or {}).items() if n}
+    lines = pool.fetch([f[0] for f in files], remove=True, offsets=copied)
     logs = pool.fetch([f[2] for f in files], max_bytes=max_log_bytes, remove=True)
     for there, here, log_there, log_here in files:
-        for data, path in ((lines[there], here), (logs[log_there], log_here)):
-            if data is not None:
-                Path(path).write_bytes(data)
+        if lines[there] is not None:
+            with open(here, "ab" if there in copied else "wb") as fh:
+                fh.write(lines[there])
+        if logs[log_there] is not None:
+            Path(log_here).write_bytes(logs[log_there])
+
+
+def copy_lines(ranks, rank_dir: Path, *, prefix: str, log: Callable[[str], None]) -> None:
+    """Append what each remote rank's JSON lines gained since the last copy (its ``remote_sizes``, as
+    last asked) to ``rank_dir/<prefix>-r<rank>.jsonl`` here, one request per server; the files stay
+    there until :func:`collect`, which copies the rest."""
+    for group in by_pool(r for r in ranks if r.remote_log is not None):
+        grown = [r for r in group if r.remote_sizes.get(r.spec.out, -1) > r.copied]
+        if not grown:
+            continue
+        try:
+            data = grown[0].pool.fetch([r.spec.out for r in grown], offsets={r.spec.out: r.copied for r in grown})
+        except EmulatorError as exc:  # the pool is gone: collect says so too
+            log(str(exc))
+            continue
+        for r in grown:
+            chunk = data[r.spec.out]
+            if chunk:
+                with open(rank_dir / f"{prefix}-r{r.spec.rank}.jsonl", "ab") as fh:
+                    fh.write(chunk)
+                r.copied += len(chunk)
 
 
 def ask_sizes(ranks, *, log: Callable[[str], None]) -> None:
@@ -83,7 +111,8 @@ def collect(ranks, rank_dir: Path, *, prefix: str, max_log_bytes: int, log: Call
         pool = group[0].pool
         try:
             fetch_back(pool, [(r.spec.out, rank_dir / f"{prefix}-r{r.spec.rank}.jsonl", r.remote_log, r.log)
-                              for r in group], max_log_bytes=max_log_bytes)
+                              for r in group], max_log_bytes=max_log_bytes,
+                       copied={r.spec.out: r.copied for r in group})
         except EmulatorError as exc:
             log(f"could not copy its ranks' files from {pool.server}: {exc}")
             continue

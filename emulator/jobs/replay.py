@@ -60,7 +60,7 @@ from pathlib import Path
 from emulator.jobs.compute import COMPUTE_MODES, cpu_flops_per_s
 from emulator.jobs.launch import describe_plan, emulated_view, predict_emulated, rank_specs
 from emulator.jobs.ranklog import read_lines
-from emulator.jobs.remotepool import ask_sizes, collect
+from emulator.jobs.remotepool import ask_sizes, collect, copy_lines
 from emulator.jobs.changes import ReplayChanges
 from emulator.jobs.startup import startup_s
 from emulator.jobs.wanplay import WanPlayer
@@ -79,6 +79,7 @@ from spiderflow.workload import Job
 
 REPO = Path(__file__).resolve().parents[2]
 POLL_S = 0.1
+COPY_EVERY_S = 1.0  # wall seconds between copies of remote ranks' JSON lines (one request per server)
 SETTLE_S = 2.0  # wall seconds a failure waits for its echoes in other ranks (see Runner._settle)
 BASE_PORT = 29500
 # Ranks start niced (torch import, joining) and return to 0 once their job's ranks have all
@@ -187,6 +188,7 @@ class Rank:
     pool: object | None = None
     remote_log: str | None = None
     remote_sizes: dict = field(default_factory=dict)  # path -> bytes (-1: none), as last asked
+    copied: int = 0  # bytes of its JSON lines copied here so far (remotepool.copy_lines)
 
     @property
     def clock_offset_ns(self) -> int:
@@ -237,6 +239,7 @@ class JobRun(JobRecord):
     done_before: int = 0  # iterations completed by earlier attempts
     replanned: int = 0
     rerouted: int = 0
+    copied_at: float = 0.0  # monotonic time its remote ranks' lines were last copied here
     lost_s: float = 0.0  # sum over its stops of (its new ranks' launch - the stop), real-equivalent
     stopped_s: float | None = None
     restart_s: float = 0.0
@@ -556,8 +559,14 @@ class Runner:
                                          "ip": host.ip, "t": self.now()}) + "\n")
 
     def _ask_sizes(self, j: JobRun) -> None:
-        """The sizes of the job's remote ranks' files (the log cap; did each reach its rendezvous)."""
-        ask_sizes(j.ranks, log=lambda msg: self.log(f"{j.job.job_id}: {msg}"))
+        """The sizes of the job's remote ranks' files (the log cap; did each reach its rendezvous); at
+        most every ``COPY_EVERY_S``, what their JSON lines gained is appended to the copies here, so a
+        crash of this server leaves in ``ranks/`` what they wrote until then, as a local rank's does."""
+        log = lambda msg: self.log(f"{j.job.job_id}: {msg}")  # noqa: E731
+        ask_sizes(j.ranks, log=log)
+        if time.monotonic() - j.copied_at >= COPY_EVERY_S:
+            j.copied_at = time.monotonic()
+            copy_lines(j.ranks, self.rank_dir, prefix=j.files, log=log)
 
     def _collect(self, j: JobRun) -> None:
         """The job's remote ranks' JSON lines and logs, copied into ``ranks/`` here: what measurement,

@@ -3,7 +3,8 @@
 ``raise``: fails with a RuntimeError; ``sleep S``: sleeps S seconds; ``exit N``: returns N;
 ``report PATH``: writes what the child sees (namespaces, session, nice, cwd, environment, command
 line, whether torch and spiderflow.errors -- which the pool server imports -- are imported) to PATH
-as JSON. Also runs as ``python -m`` (a cold pool's children).
+as JSON; ``lines PATH N GATE``: appends N JSON lines to PATH, then waits for the file GATE and
+appends N more (a rank writing while it runs). Also runs as ``python -m`` (a cold pool's children).
 """
 
 import json
@@ -30,6 +31,15 @@ def main(args: list[str]) -> int:
             "cmdline": Path("/proc/self/cmdline").read_text().split("\0")[:-1], 
             "imported": {m: m in sys.modules for m in ("torch", "spiderflow.errors")}}))
         print("reported", flush=True)
+        return 0
+    if what == "lines":
+        path, n, gate = rest[0], int(rest[1]), Path(rest[2])
+        for k in range(2 * n):
+            if k == n:
+                while not gate.exists():
+                    time.sleep(0.01)
+            with open(path, "a") as fh:
+                fh.write(json.dumps({"line": k}) + "\n")
         return 0
     raise SystemExit(f"unknown target {what!r}")
 

@@ -3,10 +3,12 @@ clock with a server's measured offset, and the pool's file and signal requests (
 owner uses instead of its own filesystem and os.kill), on a real pool server process. No root.
 The same over SSH to a second server, and a whole run: tests/emulator/test_multihost_root.py."""
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -124,6 +126,41 @@ def test_signals_go_through_the_server(files_pool, monkeypatch):
     # a pid that is not one of its live children is never signalled (it may be another process by now)
     pool._signal("kill", os.getpid(), signal.SIGTERM)
     assert pool.stat([str(there / "a.log")])[str(there / "a.log")] >= 0  # the server still answers
+
+
+def test_a_remote_ranks_lines_are_copied_here_while_it_runs(files_pool, tmp_path):
+    """What the runner does for a rank on another server (emulator/jobs/remotepool.py): its JSON lines
+    are appended here as they grow (fetched from an offset), so what it wrote survives a crash of this
+    server; at the job's end the rest and its log come back and are removed there."""
+    from types import SimpleNamespace
+
+    from emulator.jobs.remotepool import ask_sizes, collect, copy_lines
+
+    pool, there = files_pool
+    here = tmp_path / "here"
+    here.mkdir()
+    out, gate = there / "j-r0.jsonl", tmp_path / "gate"
+    proc = pool.start(module=TARGETS, args=["lines", str(out), "3", str(gate)],
+                      env=dict(os.environ, PYTHONPATH=str(REPO)), log_path=str(there / "j-r0.log"), ns_pid=None)
+    rank = SimpleNamespace(spec=SimpleNamespace(out=str(out), rank=0), pool=pool, remote_log=str(there / "j-r0.log"),
+                           log=here / "j-r0.log", remote_sizes={}, copied=0)
+    expected = [{"line": k} for k in range(6)]
+    copy = here / "j-r0.jsonl"
+    deadline = time.monotonic() + 30
+    while rank.copied < 3 * len('{"line": 0}\n') and time.monotonic() < deadline:
+        ask_sizes([rank], log=print)
+        copy_lines([rank], here, prefix="j", log=print)
+        time.sleep(0.02)
+    assert proc.poll() is None  # still running, waiting at its gate
+    assert [json.loads(x) for x in copy.read_text().splitlines()] == expected[:3]
+    copy_lines([rank], here, prefix="j", log=print)  # nothing new: nothing asked, nothing appended
+    assert [json.loads(x) for x in copy.read_text().splitlines()] == expected[:3]
+    gate.touch()
+    assert proc.wait(timeout=30) == 0
+    ask_sizes([rank], log=print)
+    collect([rank], here, prefix="j", max_log_bytes=2**20, log=print)
+    assert [json.loads(x) for x in copy.read_text().splitlines()] == expected  # each line once, in order
+    assert not out.exists() and rank.remote_log is None
 
 
 def test_a_pool_without_files_directory_refuses_file_requests():
