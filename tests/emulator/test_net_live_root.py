@@ -59,6 +59,13 @@ def test_check_step_reports_changes_in_force_within_100_ms(two_cluster_yaml, sta
                           capture_output=True, text=True, cwd=REPO, timeout=180)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     report = json.loads(done.stdout)
+    # the CLI's report (also without --step): exit 0 exactly when every measurement is within
+    # tolerance, JSON on stdout, progress on stderr, every WAN direction measured
+    assert done.returncode == (0 if report["ok"] else 1) and report["scale"] == 10, report
+    assert len(report["links"]) == 2 and "[check]" in done.stderr
+    for link in report["links"]:
+        assert set(link) >= {"a", "b", "configured_mbps", "measured_mbps", "configured_delay_ms",
+                             "measured_delay_ms", "mechanism"}
     down, up = report["steps"]
     assert (down["from_gbps"], down["to_gbps"], up["to_gbps"]) == (0.6, 0.3, 0.6)
     for step in (down, up):
