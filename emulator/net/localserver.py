@@ -11,13 +11,26 @@
 - ``DIR/ssh_config``: a ``Host NAME`` entry (address, key, known host), for ``--ssh-config``.
 
 A namespace shares the filesystem, so the project path and venv are the same "on both servers".
-``down`` removes exactly what the record lists: the processes our sshd started (its process
-tree, and anything left inside the namespace), sshd by pid (checked against its start time), the
-namespace, the veth, ``/run/sshd`` if we made it, and ``DIR`` if we made it; it works after a
-crash at any step (what was never made is skipped).
+That also hides any path that works only because the servers share files. ``--private PATH``
+(repeatable; ``LocalServer(private=(PATH, ...))``) gives the second server a view of its own of
+each PATH: sshd starts in a new mount namespace (``ip netns exec NAME unshare --mount
+--propagation private sh -c 'mount -t tmpfs ... PATH && ... exec sshd ...'``: every exec keeps
+the pid, so the recorded pid is sshd's own) where each PATH is covered by an empty tmpfs with
+PATH's mode and owner. What the second server writes there is invisible here and what this
+server writes there is invisible to it; everything it starts over SSH (node shells, the agent,
+the rank pool, ``mnexec -a`` children) inherits that view. A PATH inside another is private with
+it. Refused in one line: a relative or missing PATH, and a PATH that is or holds what the second
+server must see as this one does (the project, its venv and Python, ``DIR`` with sshd's config
+and keys, ``/run/sshd``). The view is checked in sshd's ``/proc/PID/mountinfo`` before ``up``
+returns; the record lists the paths and the mount namespace, which ends with its last process.
 
-    python -m emulator.net.localserver up --dir /tmp/sf-srv2     # prints the ssh config path
-    python -m emulator.net.localserver down --dir /tmp/sf-srv2
+``down`` removes exactly what the record lists: the processes our sshd started (its process
+tree, and anything left inside the namespace or the private view's mount namespace), sshd by pid
+(checked against its start time), the namespace, the veth, ``/run/sshd`` if we made it, and
+``DIR`` if we made it; it works after a crash at any step (what was never made is skipped).
+
+    python -m emulator.net.localserver up --dir /root/sf-srv2 [--private /tmp ...]   # prints the ssh config path
+    python -m emulator.net.localserver down --dir /root/sf-srv2
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -33,6 +47,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulator.net.servers import REPO
 from emulator.net.state import end_processes, proc_starttime
 from spiderflow.errors import EmulatorError
 
@@ -41,6 +56,7 @@ DEFAULT_SUBNET = "192.168.254"  # .0/30: .1 root side, .2 the server
 PRIVSEP_DIR = Path("/run/sshd")
 SSHD = "/usr/sbin/sshd"
 READY_TIMEOUT_S = 10.0
+PRIVATE_FS = "sf-private"  # the source name of the private view's tmpfs mounts (in mountinfo)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +64,15 @@ class LocalServer:
     name: str
     dir: Path
     subnet: str = DEFAULT_SUBNET
+    private: tuple[Path, ...] = ()  # paths the server sees an empty view of its own of (--private)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "private", check_private(self.private, self.dir))
+
+    @property
+    def private_mounts(self) -> tuple[Path, ...]:
+        """The private paths that are not inside another: one tmpfs each."""
+        return tuple(p for p in self.private if not any(q in p.parents for q in self.private))
 
     @property
     def address(self) -> str:
@@ -76,6 +101,73 @@ class LocalServer:
     @property
     def client_key(self) -> Path:
         return self.dir / "id_ed25519"
+
+
+def kept_paths(server_dir: Path) -> dict[str, Path]:
+    """What the second server must see as this one does, so no private path may be or hold it."""
+    return {"the project": REPO, "its venv": Path(sys.prefix), "its Python": Path(sys.base_prefix),
+            "--dir (sshd's config and keys)": server_dir, "sshd's privilege separation directory": PRIVSEP_DIR}
+
+
+def check_private(paths, server_dir: Path) -> tuple[Path, ...]:
+    """``paths`` resolved and sorted, or EmulatorError naming the path, what it would hide, and the fix."""
+    out = set()
+    for given in paths:
+        if not Path(given).is_absolute():
+            raise EmulatorError(f"localserver: --private {given}: not an absolute path; give one (e.g. /tmp)")
+        real = Path(os.path.realpath(given))
+        if not real.is_dir():
+            raise EmulatorError(f"localserver: --private {given}: no such directory here; the tmpfs covers an "
+                                "existing one: make it first or pick another")
+        for what, kept in kept_paths(server_dir).items():
+            kept = Path(os.path.realpath(kept))
+            if kept == real or real in kept.parents:
+                raise EmulatorError(f"localserver: --private {given} would hide {what} ({kept}) from the second "
+                                    "server, which needs it; pick a path that holds none of the project, its venv, "
+                                    "its Python and --dir (or move --dir out of it)")
+        out.add(real)
+    return tuple(sorted(out))
+
+
+def mount_command(path: Path) -> list[str]:
+    """An empty tmpfs over ``path`` with its mode and owner (``/tmp`` stays 1777 root:root)."""
+    st = os.stat(path)
+    return ["mount", "-t", "tmpfs", "-o", f"mode={st.st_mode & 0o7777:o},uid={st.st_uid},gid={st.st_gid}",
+            PRIVATE_FS, str(path)]
+
+
+def sshd_argv(srv: LocalServer) -> list[str]:
+    """sshd in the server's network namespace, in the foreground; with private paths, in a mount
+    namespace of its own whose tmpfs mounts cover them. Every step execs the next, so the pid is sshd's."""
+    sshd = [SSHD, "-D", "-e", "-f", str(srv.dir / "sshd_config")]  # -D: foreground, -e: log to stderr
+    inside = ["ip", "netns", "exec", srv.name]
+    if not srv.private:
+        return inside + sshd
+    mounts = " && ".join(shlex.join(mount_command(p)) for p in srv.private_mounts)
+    return inside + ["unshare", "--mount", "--propagation", "private",
+                     "sh", "-c", f'{mounts} && exec "$@"', "sh"] + sshd
+
+
+def private_view(pid: int) -> set[str]:
+    """Mount points of our private tmpfs mounts in process ``pid``'s mount namespace."""
+    found = set()
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        head, _, tail = line.partition(" - ")
+        fstype, source = (tail.split() + ["", ""])[:2]
+        if fstype == "tmpfs" and source == PRIVATE_FS:
+            found.add(head.split()[4].replace("\\040", " "))
+    return found
+
+
+def _mntns_pids(inode: int) -> list[int]:
+    pids = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{p}/ns/mnt").st_ino == inode:
+                pids.append(int(p))
+        except OSError:
+            continue
+    return pids
 
 
 def sshd_config(srv: LocalServer) -> str:
@@ -109,7 +201,8 @@ class Recorder:
 
     def __init__(self, srv: LocalServer) -> None:
         self.srv = srv
-        self.data: dict = {"name": srv.name, "dir": str(srv.dir), "subnet": srv.subnet, "made": []}
+        self.data: dict = {"name": srv.name, "dir": str(srv.dir), "subnet": srv.subnet,
+                           "private": [str(p) for p in srv.private], "made": []}
 
     def add(self, kind: str, **info) -> None:
         self.data["made"].append({"kind": kind, **info})
@@ -171,11 +264,10 @@ def _build(srv: LocalServer, rec: Recorder, log) -> None:
         PRIVSEP_DIR.mkdir(mode=0o755)
     _run([SSHD, "-t", "-f", str(d / "sshd_config")])
     log_file = open(d / "sshd.log", "wb")
-    # -D: stay in the foreground (its pid is ours to end), -e: log to stderr (the log file)
-    proc = subprocess.Popen(inside + [SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
-                            stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True)
+    proc = subprocess.Popen(sshd_argv(srv), stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                            start_new_session=True)
     log_file.close()
-    # `ip netns exec` execs sshd in place: the pid is sshd's
+    # `ip netns exec`, `unshare` and `sh -c 'exec ...'` each exec the next in place: the pid is sshd's
     rec.add("sshd", pid=proc.pid, starttime=proc_starttime(proc.pid) or 0)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
@@ -190,7 +282,16 @@ def _build(srv: LocalServer, rec: Recorder, log) -> None:
             why = (probe.stderr.strip().splitlines() or ["no error output"])[-1]
             raise EmulatorError(f"localserver: ssh to {srv.name} ({srv.address}) does not work: {why}")
         time.sleep(0.1)
-    log(f"server {srv.name} up: sshd pid {proc.pid} on {srv.address}, ssh config {srv.ssh_config}")
+    if os.path.realpath(f"/proc/{proc.pid}/exe") != os.path.realpath(SSHD):
+        raise EmulatorError(f"localserver: pid {proc.pid} is not sshd ({os.path.realpath(f'/proc/{proc.pid}/exe')})")
+    if srv.private:
+        mntns = os.stat(f"/proc/{proc.pid}/ns/mnt").st_ino
+        rec.add("private-view", mntns=mntns, paths=[str(p) for p in srv.private_mounts])
+        missing = {str(p) for p in srv.private_mounts} - private_view(proc.pid)
+        if missing or mntns == os.stat("/proc/self/ns/mnt").st_ino:
+            raise EmulatorError(f"localserver: sshd's private view lacks {sorted(missing) or 'its own namespace'}")
+    view = f", private {', '.join(map(str, srv.private))}" if srv.private else ""
+    log(f"server {srv.name} up: sshd pid {proc.pid} on {srv.address}{view}, ssh config {srv.ssh_config}")
 
 
 def _children() -> dict[int, list[int]]:
@@ -239,6 +340,16 @@ def down(srv: LocalServer, *, log=lambda _m: None) -> list[str]:
         removed.append(f"sshd pid {sshd['pid']} and {len(procs) - 1} processes it started")
         if left:
             raise EmulatorError(f"localserver: could not end {sorted(left)}; kill them, then run down again")
+    view = kinds.get("private-view")
+    if view:  # only our sshd made it: whatever is still in it is ours (it ends with its last process)
+        rest = {p: proc_starttime(p) for p in _mntns_pids(view["mntns"])}
+        rest = {p: s for p, s in rest.items() if s is not None}
+        left = end_processes(rest, grace_s=2.0) if rest else {}
+        if left:
+            raise EmulatorError(f"localserver: could not end {sorted(left)} (in the private view); kill them, "
+                                "then run down again")
+        removed.append(f"private view of {', '.join(view['paths'])}"
+                       + (f" ({len(rest)} processes left in it)" if rest else ""))
     if "netns" in kinds and Path(f"/run/netns/{srv.name}").exists():
         rest = {p: proc_starttime(p) for p in _netns_pids(srv.name)}
         rest = {p: s for p, s in rest.items() if s is not None}
@@ -273,10 +384,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", required=True, help="where keys, configs and the record live")
     parser.add_argument("--name", default=DEFAULT_NAME, help="namespace and ssh Host name (default %(default)s)")
     parser.add_argument("--subnet", default=DEFAULT_SUBNET, help="first three octets of the /30 (default %(default)s)")
+    parser.add_argument("--private", action="append", default=[], metavar="PATH",
+                        help="up: the server sees an empty view of its own of PATH (repeatable; not the project, "
+                             "its venv or --dir)")
     args = parser.parse_args(argv)
-    srv = LocalServer(name=args.name, dir=Path(args.dir).resolve(), subnet=args.subnet)
     log = lambda m: print(f"[localserver] {m}", file=sys.stderr, flush=True)  # noqa: E731
     try:
+        srv = LocalServer(name=args.name, dir=Path(args.dir).resolve(), subnet=args.subnet,
+                          private=tuple(args.private) if args.action == "up" else ())
         if args.action == "up":
             up(srv, log=log)
             print(srv.ssh_config)

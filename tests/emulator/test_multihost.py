@@ -7,10 +7,12 @@ import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from emulator.net.localserver import LocalServer, ssh_client_config, sshd_config
+from emulator.net.localserver import SSHD, LocalServer, main as localserver_main, ssh_client_config, \
+    sshd_argv, sshd_config
 from emulator.net.measure import Result, Target
 from emulator.net.multihost import check_assignment, crossing_links
 from emulator.net.multihost_check import summarize, target_problems
@@ -237,6 +239,49 @@ def test_local_server_configs(tmp_path):
         assert line in conf.splitlines()
     client = ssh_client_config(srv)
     assert "Host sf-t" in client and "HostName 192.168.77.2" in client and "StrictHostKeyChecking yes" in client
+
+
+@pytest.mark.parametrize("hides, what", [("repo", "the project"), ("repo-parent", "the project"), ("root", "the project"),
+                                         ("venv", "its venv"), ("dir", "--dir"), ("dir-parent", "--dir")])
+def test_local_server_refuses_a_private_path_that_hides_what_it_needs(tmp_path, hides, what):
+    """--private must leave the second server the project, its venv and --dir (sshd's config and keys):
+    refused in one line naming the path, what it would hide and the fix, before anything is made
+    (no root needed: the check is the dataclass's)."""
+    srv_dir = tmp_path / "srv"
+    path = {"repo": REPO, "repo-parent": REPO.parent, "root": Path("/"), "venv": Path(sys.prefix),
+            "dir": srv_dir, "dir-parent": tmp_path}[hides]
+    srv_dir.mkdir()
+    with pytest.raises(EmulatorError) as err:
+        LocalServer(name="sf-t", dir=srv_dir, private=(path,))
+    msg = str(err.value)
+    assert f"--private {path} would hide {what}" in msg and "\n" not in msg and "pick a path" in msg, msg
+
+
+def test_local_server_private_paths_and_sshd_argv(tmp_path, capsys):
+    """Private paths are resolved and sorted, one inside another is private with it (one tmpfs), sshd
+    starts in a mount namespace of its own whose tmpfs mounts cover them, exec'd in place; a relative
+    or missing path is one line; the CLI refuses before needing root (exit 2, one line)."""
+    a = tmp_path / "a"
+    (a / "b").mkdir(parents=True)
+    a.chmod(0o1777)
+    srv_dir = tmp_path / "srv"
+    srv = LocalServer(name="sf-t", dir=srv_dir, private=(str(a / "b"), a, a))
+    assert srv.private == (a, a / "b") and srv.private_mounts == (a,)
+    argv = sshd_argv(srv)
+    assert argv[:8] == ["ip", "netns", "exec", "sf-t", "unshare", "--mount", "--propagation", "private"]
+    assert argv[-5:] == [SSHD, "-D", "-e", "-f", str(srv_dir / "sshd_config")]
+    script = argv[argv.index("-c") + 1]
+    st = a.stat()  # the tmpfs keeps the path's mode and owner; a/b is inside a: no mount of its own
+    assert script == f'mount -t tmpfs -o mode=1777,uid={st.st_uid},gid={st.st_gid} sf-private {a} && exec "$@"'
+    assert sshd_argv(LocalServer(name="sf-t", dir=srv_dir)) == ["ip", "netns", "exec", "sf-t", SSHD, "-D", "-e", "-f",
+                                                                str(srv_dir / "sshd_config")]
+    for bad, why in (("tmp", "not an absolute path"), (str(tmp_path / "none"), "no such directory here")):
+        with pytest.raises(EmulatorError, match=f"--private {bad}: {why}"):
+            LocalServer(name="sf-t", dir=srv_dir, private=(bad,))
+    assert localserver_main(["up", "--dir", str(srv_dir), "--private", str(REPO)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: localserver: --private {REPO} would hide the project") and err.count("\n") == 1
+    assert not srv_dir.exists()
 
 
 def test_remote_shell_that_never_starts_fails_in_time(monkeypatch):
