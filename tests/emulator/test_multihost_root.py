@@ -2,16 +2,21 @@
 running its own sshd, emulator/net/localserver.py), two clusters split over both, the WAN link
 between them through Mininet's SSH tunnel with real tc shaping and the delay stage, measured with
 the check's own measurements and tolerance; then a crash of the first server, cleaned up by the
-agent and `emulator clean`; then `emulator run --servers`: a rank pool over SSH, a run whose WAN job
-spans both servers (warm, and with --cold-start), and a crash of the first server in the middle of a
-run; live WAN changes, a link between the servers going down and coming back. Root only; about 210 s."""
+agent and `emulator clean` (the second server seeing a /tmp and state directory of its own); then
+`emulator run --servers`: a rank pool over SSH, a run whose WAN job spans both servers (warm, with
+--cold-start, and with a second server that shares no files with this one), and a crash of the
+first server in the middle of a run; live WAN changes, a link between the servers going down and
+coming back. Root only; about 270 s."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +26,7 @@ from emulator.net.measure import measure_all
 from emulator.net.multihost import ClusterEmulation
 from emulator.net.multihost_check import summarize
 from emulator.net.servers import ServerSet, Ssh, assign_clusters
+from emulator.net.state import RUN_DIR_PREFIX
 from emulator.net.tolerance import bandwidth_ok, delay_ok
 
 from spiderflow.errors import EmulatorError
@@ -35,10 +41,48 @@ NAME = "sf-srvt"  # not the script's sf-srv2: a test never meets a running multi
 def second_server(tmp_path):
     srv = up(LocalServer(name=NAME, dir=tmp_path / "srv", subnet="192.168.253"))
     yield srv
-    removed = down(srv)
+    _assert_down(srv, down(srv))
+
+
+def _assert_down(srv, removed):
     assert f"namespace {NAME}" in removed
     assert not os.path.exists(f"/run/netns/{NAME}")
     assert subprocess.run(["ip", "link", "show", srv.veth_root], capture_output=True).returncode != 0
+
+
+@pytest.fixture
+def private_server(state_dir):
+    """The second server with a view of its own of /tmp (and the temp dir) and of the test's state
+    directory: nothing either server writes there is seen by the other. Its --dir (sshd's config and
+    keys) is outside them, under /run."""
+    state_dir.mkdir(parents=True)
+    private = (Path("/tmp"), Path(tempfile.gettempdir()), state_dir)
+    try:
+        srv = LocalServer(name=NAME, dir=Path("/run") / f"sf-srvp-{uuid.uuid4().hex[:8]}", subnet="192.168.253",
+                          private=private)
+    except EmulatorError as exc:
+        if "would hide" not in str(exc):
+            raise
+        pytest.skip(f"this checkout cannot run under a second server with a private /tmp ({exc})")
+    up(srv)
+    mntns = json.loads(srv.record.read_text())["made"][-1]
+    assert mntns["kind"] == "private-view"
+    yield srv
+    removed = down(srv)
+    _assert_down(srv, removed)
+    assert any(r.startswith("private view of /tmp") for r in removed) and not srv.dir.exists()
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # the mount namespace ended with its last process
+        try:
+            inode = os.stat(f"/proc/{pid}/ns/mnt").st_ino
+        except OSError:
+            continue
+        assert inode != mntns["mntns"], f"pid {pid} is still in the private view"
+
+
+def _there(srv, script: str) -> subprocess.CompletedProcess:
+    """``script`` run by sh on the second server, over ssh."""
+    return subprocess.run(["ssh", "-F", str(srv.ssh_config), "-o", "BatchMode=yes", srv.name, script],
+                          capture_output=True, text=True, timeout=30)
 
 
 def _servers(srv):
@@ -77,11 +121,14 @@ def test_cross_server_link_is_shaped_like_a_local_one(second_server, state_dir, 
     assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
 
 
-def test_crash_of_the_first_server_is_cleaned_everywhere(second_server, state_dir, assert_no_leak, tmp_path):
+def test_crash_of_the_first_server_is_cleaned_everywhere(private_server, state_dir, assert_no_leak, tmp_path):
+    """kill -9 of the first server's process: the agent removes the far part by itself, `emulator clean`
+    the rest. The second server sees a /tmp and state directory of its own, so its state file is
+    looked at over ssh (nothing here may rely on seeing it)."""
     topo_file = tmp_path / "two.yaml"
     topo_file.write_text(TWO_CLUSTER_YAML)
     argv = [PYTHON, "-m", "emulator", "check", "--topology", str(topo_file), "--hosts-per-cluster", "1",
-            "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--no-overhead"]
+            "--servers", f"localhost,{NAME}", "--ssh-config", str(private_server.ssh_config), "--no-overhead"]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=os.environ)
     seen = []
@@ -92,15 +139,19 @@ def test_crash_of_the_first_server_is_cleaned_everywhere(second_server, state_di
             break
     assert any("network up" in line for line in seen), "".join(seen)
     remote_state = state_dir / f"remote-{NAME}" / "emulation.json"
-    assert remote_state.exists()
+
+    def there_state():
+        return _there(private_server, f"test -e {remote_state}").returncode == 0
+
+    assert there_state() and not remote_state.exists()
     os.kill(proc.pid, signal.SIGKILL)  # the first server "crashes": no teardown of its own
     proc.wait()
     proc.stderr.close()
     # its SSH connections closed: the agent on the other server removed its part by itself
     deadline = time.monotonic() + 20
-    while remote_state.exists() and time.monotonic() < deadline:
+    while there_state() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not remote_state.exists()
+    assert not there_state()
     assert (state_dir / "emulation.json").exists()  # what was here: for `emulator clean`
     done = subprocess.run([PYTHON, "-m", "emulator", "clean"], cwd=REPO, capture_output=True, text=True,
                           timeout=120, env=os.environ)
@@ -192,13 +243,56 @@ def test_run_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path
     """`emulator run --servers`: the WAN job's ranks on both servers, every job ok and within the bound
     of the one-server root test, the remote ranks' files copied back, nothing left on either server;
     with --cold-start each rank execs a new interpreter from its server's cold pool."""
+    _run_over_two_servers(second_server, tmp_path, start)
+    assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
+    assert not marked_for(NAME)
+    assert_no_leak()
+
+
+def test_run_over_two_servers_sharing_no_files(private_server, state_dir, assert_no_leak, tmp_path):
+    """The same run with a second server that sees a /tmp and a state directory of its own (nothing the
+    two write there is seen by the other): every job ok, the remote ranks' lines copied back here, and
+    nothing left on either server -- the far side's state and scratch directories and processes asked
+    over ssh, since its files are not visible here; `emulator check --servers` in the same set-up."""
+    srv = private_server
+    here = tmp_path / "written-here"
+    here.write_text("here\n")
+    written_there = Path(tempfile.gettempdir()) / f"sf-written-there-{uuid.uuid4().hex[:8]}"
+    seen = _there(srv, f"test ! -e {here} && test -z \"$(ls -A {state_dir} 2>/dev/null)\" && touch {written_there} "
+                       f"&& test -e {written_there} && echo private")
+    assert seen.stdout == "private\n" and not written_there.exists(), (seen.stdout, seen.stderr)
+    _run_over_two_servers(srv, tmp_path, [])
+    (tmp_path / "two0.6.yaml").write_text(TWO_CLUSTER_YAML)
+    check = subprocess.run([PYTHON, "-m", "emulator", "check", "--topology", str(tmp_path / "two0.6.yaml"), "--json",
+                            "--hosts-per-cluster", "1", "--seconds", "1", "--no-overhead", "--servers",
+                            f"localhost,{NAME}", "--ssh-config", str(srv.ssh_config), "--tunnel", "vxlan"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120, env=os.environ)
+    assert check.returncode in (0, 1), check.stderr[-3000:]
+    links = json.loads(check.stdout)["links"]
+    assert len(links) == 2 and all(link["cross_server"] for link in links)
+    for link in links:
+        assert bandwidth_ok(link["configured_mbps"], link["measured_mbps"]), link
+        assert delay_ok(link["configured_delay_ms"], link["measured_delay_ms"]), link
+    # the far side, asked there: its state directory holds at most the (free) lock, no scratch directory
+    # and no process carrying a marker for it are left
+    left = _there(srv, f"ls -A {state_dir}/remote-{NAME}; ls -d {tempfile.gettempdir()}/{RUN_DIR_PREFIX}* "
+                       f"{written_there} 2>/dev/null; for p in /proc/[0-9]*; do tr '\\0' '\\n' <$p/environ "
+                       f"2>/dev/null | grep -q '^SPIDERFLOW_EMULATION=.*@{NAME}$' && echo $p; done; true")
+    assert left.returncode == 0 and left.stdout.split() == ["emulator.lock", str(written_there)], left
+    assert not list(state_dir.glob("remote-*")) and not (state_dir / "emulation.json").exists()
+    assert not marked_for(NAME)
+    assert_no_leak()
+
+
+def _run_over_two_servers(srv, tmp_path, start):
+    """`emulator run --servers localhost,NAME --tunnel vxlan` on the two-cluster trace: every job ok within
+    the one-server root test's bound, the remote ranks' JSON lines back in --out here."""
     (tmp_path / "two.yaml").write_text(TWO_CLUSTER_1G_YAML)
     (tmp_path / "two.csv").write_text(RUN_TRACE)
     out = tmp_path / "out"
     argv = [PYTHON, "-m", "emulator", "run", "--topology", str(tmp_path / "two.yaml"), "--trace",
             str(tmp_path / "two.csv"), "--hosts-per-cluster", "3", "--out", str(out), "--json",
-            "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan",
-            *start]
+            "--servers", f"localhost,{NAME}", "--ssh-config", str(srv.ssh_config), "--tunnel", "vxlan", *start]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=os.environ)
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = {j["job_id"]: j for j in json.loads(done.stdout)["jobs"]}
@@ -216,9 +310,6 @@ def test_run_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path
     assert config["rank_start"] == ("cold (exec from each server's pool)" if start else "warm pool")
     if start:  # every server's pool is cold, this one's too
         assert done.stderr.count("cold: each rank execs python -m MODULE") == 2, done.stderr[-3000:]
-    assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
-    assert not marked_for(NAME)
-    assert_no_leak()
 
 
 def marked_for(server: str) -> list[str]:
