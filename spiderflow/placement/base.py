@@ -10,6 +10,7 @@ entitled to: see :mod:`spiderflow.costmodel.network`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,6 +24,30 @@ from spiderflow.workload import Job
 STATUS_HEURISTIC = "heuristic"
 STATUS_OPTIMAL = "optimal"
 STATUS_TIME_LIMIT = "feasible at time limit"
+
+
+_VIEWS: OrderedDict = OrderedDict()  # (topology, calibration, link load) -> its view, most recent last
+VIEWS_KEPT = 64
+
+
+def shared_view(topology: Topology, calibration: Calibration, link_load: Mapping) -> TopologyView:
+    """The :class:`TopologyView` of this network state, shared by every request that sees it.
+
+    Everything a view memoises (channels, rings, crowds, stage work, estimates of plans) is a
+    function of its topology, calibration and link load and of the memo's key, so requests that
+    differ only in the job or the free GPUs can share one view's memo: a scheduling pass asks about
+    every queued job under the same load, and admission about the same future loads for each of
+    them. The last ``VIEWS_KEPT`` states are kept; a kept view holds its topology and calibration,
+    so their ids in the key cannot be reused while it is kept."""
+    key = (id(topology), id(calibration), frozenset(link_load.items()))
+    view = _VIEWS.get(key)
+    if view is None:
+        view = _VIEWS[key] = TopologyView(topology=topology, calibration=calibration, link_load=dict(link_load))
+        if len(_VIEWS) > VIEWS_KEPT:
+            _VIEWS.popitem(last=False)
+    else:
+        _VIEWS.move_to_end(key)
+    return view
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,12 +70,13 @@ class PlacementRequest:
                                  + (f" in {','.join(self.allowed)}" if self.allowed else ""))
 
     def topology_view(self) -> TopologyView:
-        """Full knowledge: routes, shared links, current load (one memoising view per request)."""
+        """Full knowledge: routes, shared links, current load. One memoising view per network state:
+        requests on the same topology, calibration and link load share it (:func:`shared_view`)."""
         return self._topology_view
 
     @cached_property
     def _topology_view(self) -> TopologyView:
-        return TopologyView(topology=self.topology, calibration=self.calibration, link_load=self.link_load)
+        return shared_view(self.topology, self.calibration, self.link_load)
 
     def matrix_view(self) -> TopologyView:
         """Published-planner knowledge: a pairwise matrix, no sharing, no load."""

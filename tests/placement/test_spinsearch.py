@@ -91,3 +91,20 @@ def test_look_alike_clusters_do_not_crowd_out_a_better_one():
     got = place(req)
     assert predict(got.plan, view).iteration_s <= min(alone.values()) * (1 + 1e-9)
     assert got.segments == (("d", 8),)
+
+
+def test_requests_on_one_network_state_share_a_view_and_get_the_same_answers():
+    """Requests on the same topology, calibration and link load share one memoising view (a pass asks
+    about every queued job under one load); another load gets its own. A warm shared view answers
+    exactly as a fresh one does."""
+    from spiderflow.placement import base
+
+    loaded = {("a", "b"): 2.0}
+    first, other_job = request(LINE, job("gpt3-1.3b", 24), load=loaded), request(LINE, job("gpt3-350m", 8), load=loaded)
+    assert first.topology_view() is other_job.topology_view()
+    assert request(LINE, job("gpt3-1.3b", 24)).topology_view() is not first.topology_view()
+    assert first.topology_view().link_load == loaded and first.topology_view().link_load is not loaded
+    warm = [place(request(t, j, load=loaded if t is LINE else None)) for t, j in CASES]
+    base._VIEWS.clear()
+    cold = [place(request(t, j, load=loaded if t is LINE else None)) for t, j in CASES]
+    assert [(p.segments, p.plan) for p in warm] == [(p.segments, p.plan) for p in cold]
