@@ -11,8 +11,8 @@ per-job table (or ``--json``) to stdout. Results are written to ``--out``:
 ``--servers localhost,HOST...`` splits the clusters over several machines
 (:class:`~emulator.net.multihost.ClusterEmulation`, docs/multihost.md): ranks
 start from a rank pool on their host's server (:mod:`emulator.jobs.remotepool`; with
-``--cold-start`` a cold one, whose ranks exec a new interpreter there) and their files come
-back to ``--out`` here when their job ends.
+``--cold-start`` a cold one, whose ranks exec a new interpreter there); their JSON lines are
+copied to ``--out`` here as they grow, the rest and their logs when their job ends.
 """
 
 from __future__ import annotations

@@ -326,8 +326,9 @@ def marked_for(server: str) -> list[str]:
 
 
 def test_crash_of_the_first_server_during_a_run(second_server, state_dir, assert_no_leak, tmp_path):
-    """kill -9 of `emulator run --servers` while ranks run on the other server: the remote pool and its
-    ranks end with the SSH connection (and the agent), `emulator clean` removes the rest here."""
+    """kill -9 of `emulator run --servers` while ranks run on the other server: what they had written is
+    in --out here already (their lines are copied while they run), the remote pool and its ranks end
+    with the SSH connection (and the agent), `emulator clean` removes the rest here."""
     (tmp_path / "two.yaml").write_text(TWO_CLUSTER_1G_YAML)
     (tmp_path / "two.csv").write_text(RUN_TRACE)
     out = tmp_path / "out"
@@ -336,14 +337,19 @@ def test_crash_of_the_first_server_during_a_run(second_server, state_dir, assert
             "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
     deadline = time.monotonic() + 90
-    launched = out / "launched.jsonl"
-    while time.monotonic() < deadline and proc.poll() is None:
-        if launched.exists() and f'"server": "{NAME}"' in launched.read_text():
-            break
+    launched, copied = out / "launched.jsonl", None
+    while time.monotonic() < deadline and proc.poll() is None and copied is None:
+        remote = [json.loads(x) for x in launched.read_text().splitlines()] if launched.exists() else []
+        for r in remote:
+            copy = out / "ranks" / f"{r['job_id']}-r{r['rank']}.jsonl"
+            text = copy.read_text() if r.get("server") == NAME and copy.exists() else ""
+            if text.count("\n") >= 2 and '"done"' not in text:
+                copied = copy  # a remote rank's lines, here while it runs (its end not written yet)
         time.sleep(0.1)
-    assert proc.poll() is None and marked_for(NAME), "no rank started on the other server"
+    assert proc.poll() is None and marked_for(NAME) and copied is not None, "no remote rank's lines came back"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert json.loads(copied.read_text().splitlines()[0])["event"] == "start"  # and kept after the crash
     deadline = time.monotonic() + 20
     while (marked_for(NAME) or list(state_dir.glob("remote-*/emulation.json"))) and time.monotonic() < deadline:
         time.sleep(0.2)
