@@ -342,8 +342,9 @@ def down(srv: LocalServer, *, log=lambda _m: None) -> list[str]:
             raise EmulatorError(f"localserver: could not end {sorted(left)}; kill them, then run down again")
     view = kinds.get("private-view")
     if view:  # only our sshd made it: whatever is still in it is ours (it ends with its last process)
-        rest = {p: proc_starttime(p) for p in _mntns_pids(view["mntns"])}
-        rest = {p: s for p, s in rest.items() if s is not None}
+        # once gone, its inode may name another namespace: only processes started after our sshd
+        since = sshd["starttime"] if sshd else 0
+        rest = {p: s for p in _mntns_pids(view["mntns"]) if (s := proc_starttime(p)) is not None and s >= since}
         left = end_processes(rest, grace_s=2.0) if rest else {}
         if left:
             raise EmulatorError(f"localserver: could not end {sorted(left)} (in the private view); kill them, "
