@@ -3,10 +3,10 @@ running its own sshd, emulator/net/localserver.py), two clusters split over both
 between them through Mininet's SSH tunnel with real tc shaping and the delay stage, measured with
 the check's own measurements and tolerance; then a crash of the first server, cleaned up by the
 agent and `emulator clean` (the second server seeing a /tmp and state directory of its own); then
-`emulator run --servers`: a rank pool over SSH, a run whose WAN job spans both servers (warm, with
---cold-start, and with a second server that shares no files with this one), and a crash of the
-first server in the middle of a run; live WAN changes, a link between the servers going down and
-coming back. Root only; about 270 s."""
+`emulator run --servers`: a rank pool over SSH, a run whose WAN job spans both servers (warm, on a
+second server that shares no files with this one, and with --cold-start), and a crash of the first
+server in the middle of a run, the remote ranks' lines kept; live WAN changes, a link between the
+servers going down and coming back. Root only; about 250 s."""
 
 import json
 import os
@@ -238,12 +238,12 @@ def test_the_servers_pools_start_together(second_server, state_dir, assert_no_le
     assert_no_leak()
 
 
-@pytest.mark.parametrize("start", [[], ["--cold-start"]], ids=["warm", "cold"])
-def test_run_over_two_servers(second_server, state_dir, assert_no_leak, tmp_path, start):
-    """`emulator run --servers`: the WAN job's ranks on both servers, every job ok and within the bound
-    of the one-server root test, the remote ranks' files copied back, nothing left on either server;
-    with --cold-start each rank execs a new interpreter from its server's cold pool."""
-    _run_over_two_servers(second_server, tmp_path, start)
+def test_run_over_two_servers_cold(second_server, state_dir, assert_no_leak, tmp_path):
+    """`emulator run --servers --cold-start`: the WAN job's ranks on both servers, each exec'd as a new
+    interpreter from its server's cold pool, every job ok and within the bound of the one-server root
+    test, the remote ranks' files copied back, nothing left on either server. (The warm run, the
+    default, is the next test's, on a second server that shares no files with this one.)"""
+    _run_over_two_servers(second_server, tmp_path, ["--cold-start"])
     assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
     assert not marked_for(NAME)
     assert_no_leak()
