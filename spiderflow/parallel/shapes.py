@@ -98,7 +98,8 @@ def _enumerate(segments: tuple[tuple[str, int], ...], nodes: tuple[int, ...], he
             combos = (tuple(o[min(i, len(o) - 1)] for o in options) for i in range(max(map(len, options))))
         for combo in combos:
             segs = [(c, tp, pp) for (c, _), (tp, pp) in zip(segments, combo)]
+            before = list(itertools.accumulate((pp for _, pp in combo), initial=0))  # stages before segment j
             for groups in groupings:  # every replica the same depth, at most a stage per layer
-                depth = sum(combo[j][1] for j in groups[0])
-                if depth <= layers and all(sum(combo[j][1] for j in grp) == depth for grp in groups[1:]):
+                depth = before[len(groups[0])]
+                if depth <= layers and all(before[g[-1] + 1] - before[g[0]] == depth for g in groups[1:]):
                     yield Shape(replicas=tuple(tuple(segs[j] for j in grp) for grp in groups), dp=dp)
