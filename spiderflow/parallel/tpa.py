@@ -119,7 +119,8 @@ def _memo_key(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView,
     """Everything TPA's answer depends on: the job's shape, the chain, and the network figures
     among the chain's clusters (pairwise channels; on one topology these also fix ring rates)."""
     names = [c for c, _ in segments]
-    chans = tuple(view.p2p(a, b) for a in names for b in names if a != b)
+    # (alpha, rate) floats, not Channel objects: compared and hashed in C on every lookup
+    chans = tuple((ch.alpha_s, ch.bytes_per_s) for a in names for b in names if a != b for ch in (view.p2p(a, b),))
     return (id(view.topology), id(view.calibration), view.shares_links, job.model, job.gpus,
             job.global_batch, job.seq_len, tuple(segments), chans, flags)
 
