@@ -442,7 +442,7 @@ class Scheduler:
             if t + alone >= min(best[0] if best else finish_now, finish_now - WAIT_MARGIN * run_now):
                 break  # it cannot finish sooner than that from here on, even with the topology to itself
             gone = self._ending_by(t)
-            staying = [r for r in self.running if r not in gone]
+            staying = [r for r in self.running if r.expected_end_s is None or r.expected_end_s > t]  # the rest
             later_req = self._request(rec.job, self._free_after(gone), link_load(staying))
             try:
                 later = self._place(rec, later_req)
