@@ -27,7 +27,8 @@ STATUS_TIME_LIMIT = "feasible at time limit"
 
 
 _VIEWS: OrderedDict = OrderedDict()  # (topology, calibration, link load) -> its view, most recent last
-VIEWS_KEPT = 64
+VIEWS_KEPT = 16
+VIEW_MEMO_CAP = 10_000
 
 
 def shared_view(topology: Topology, calibration: Calibration, link_load: Mapping) -> TopologyView:
@@ -38,15 +39,16 @@ def shared_view(topology: Topology, calibration: Calibration, link_load: Mapping
     differ only in the job or the free GPUs can share one view's memo: a scheduling pass asks about
     every queued job under the same load, and admission about the same future loads for each of
     them. The last ``VIEWS_KEPT`` states are kept; a kept view holds its topology and calibration,
-    so their ids in the key cannot be reused while it is kept."""
+    so their ids in the key cannot be reused while it is kept. A view whose memo passes
+    ``VIEW_MEMO_CAP`` entries is replaced by a fresh one (the state every job's plan with the whole
+    topology to itself is asked on would otherwise grow for the whole run)."""
     key = (id(topology), id(calibration), frozenset(link_load.items()))
     view = _VIEWS.get(key)
-    if view is None:
+    if view is None or len(view._memo) > VIEW_MEMO_CAP:
         view = _VIEWS[key] = TopologyView(topology=topology, calibration=calibration, link_load=dict(link_load))
-        if len(_VIEWS) > VIEWS_KEPT:
-            _VIEWS.popitem(last=False)
-    else:
-        _VIEWS.move_to_end(key)
+    _VIEWS.move_to_end(key)
+    if len(_VIEWS) > VIEWS_KEPT:
+        _VIEWS.popitem(last=False)
     return view
 
 

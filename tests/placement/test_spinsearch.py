@@ -108,3 +108,20 @@ def test_requests_on_one_network_state_share_a_view_and_get_the_same_answers():
     base._VIEWS.clear()
     cold = [place(request(t, j, load=loaded if t is LINE else None)) for t, j in CASES]
     assert [(p.segments, p.plan) for p in warm] == [(p.segments, p.plan) for p in cold]
+
+
+def test_a_shared_view_with_a_full_memo_is_replaced_and_few_are_kept(monkeypatch):
+    """A shared view is dropped for a fresh one once its memo passes the cap (the unloaded state every
+    job's plan alone is asked on would grow for a whole run), and only the last VIEWS_KEPT states stay."""
+    from spiderflow.placement import base
+
+    monkeypatch.setattr(base, "VIEW_MEMO_CAP", 10)
+    monkeypatch.setattr(base, "VIEWS_KEPT", 3)
+    base._VIEWS.clear()
+    first = request(LINE, job("gpt3-1.3b", 24)).topology_view()
+    first._memo.update((i, i) for i in range(11))
+    again = request(LINE, job("gpt3-1.3b", 24)).topology_view()
+    assert again is not first and not again._memo
+    for k in range(4):
+        request(LINE, job("gpt3-1.3b", 24), load={("a", "b"): float(k + 1)}).topology_view()
+    assert len(base._VIEWS) == 3 and request(LINE, job("gpt3-1.3b", 24)).topology_view() is not again
