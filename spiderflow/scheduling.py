@@ -65,7 +65,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from spiderflow.costmodel import NO_CALIBRATION, Calibration, estimate
+from spiderflow.costmodel import NO_CALIBRATION, Calibration, estimate, estimate_memo
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import PLANNERS, Placement, PlacementRequest
 from spiderflow.placement.base import Strategy
@@ -332,8 +332,9 @@ class Scheduler:
         return hit if hit.plan.job is job else dataclasses.replace(hit, plan=dataclasses.replace(hit.plan, job=job))
 
     def _run_s(self, rec: JobRecord, placement: Placement, req: PlacementRequest) -> float:
-        """Predicted run time of ``rec`` on ``placement`` (the cost model's closed form, current load)."""
-        return rec.job.iterations * estimate(placement.plan, req.topology_view())
+        """Predicted run time of ``rec`` on ``placement`` (the cost model's closed form, current load;
+        memoised on the state's shared view)."""
+        return rec.job.iterations * estimate_memo(placement.plan, req.topology_view())
 
     def _try_start(self, rec: JobRecord, now: float) -> bool:
         """Start ``rec`` if it can and should; True when it waits by choice (admission or a

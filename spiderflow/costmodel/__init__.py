@@ -15,8 +15,8 @@ from spiderflow.costmodel.memory import StageMemory, stage_memory
 from spiderflow.costmodel.network import GBPS, Channel, MatrixView, TopologyView
 from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, floor_1f1b, simulate_1f1b
 from spiderflow.costmodel.stages import StageCost
-from spiderflow.costmodel.work import (PlanWork, RankWork, crowd_of, plan_work, price, replica_work, stage_costs,
-                                       stage_syncs)
+from spiderflow.costmodel.work import (PlanWork, RankWork, Repricer, crowd_of, plan_work, replica_work,
+                                       stage_costs, stage_syncs)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
 
@@ -162,18 +162,30 @@ def estimate(plan: Plan, view: TopologyView) -> float:
                for r in _distinct_replicas(plan))
 
 
-def replica_works(plan: Plan, view: TopologyView) -> list[list[RankWork]]:
-    """The work items of each distinct replica of ``plan``. They depend on the view's topology and
-    calibration only, not on its link load or bandwidths, so a caller that re-prices one plan
-    under changing bandwidths (the simulator) builds them once."""
+def estimate_memo(plan: Plan, view: TopologyView) -> float:
+    """``estimate(plan, view)``, memoised on the view. TPA's search leaves there the estimate of the
+    plan it returns, and the scheduler prices the same plans on the same network states again and
+    again as admission looks ahead (a twentieth of a deep admission run)."""
+    key = ("estimate", plan)
+    known = view._memo.get(key)
+    if known is None:
+        known = view._memo[key] = estimate(plan, view)
+    return known
+
+
+def repricer(plan: Plan, view: TopologyView) -> Repricer:
+    """What re-prices ``plan`` under changing bandwidths (the simulator, as a running job's shares
+    move): the work items of each distinct replica depend on the view's topology and calibration
+    only, not on its link load or bandwidths, so they are built once, and so are the costs of
+    those that stay inside a cluster (:class:`~spiderflow.costmodel.work.Repricer`)."""
     syncs = _syncs(plan, view)
-    return [replica_work(plan, view, r, syncs) for r in _distinct_replicas(plan)]
+    return Repricer([replica_work(plan, view, r, syncs) for r in _distinct_replicas(plan)], view,
+                    crowd_of(plan, view))
 
 
-def estimate_works(works: list[list[RankWork]], plan: Plan, view: TopologyView) -> float:
-    """``estimate`` of ``plan``, whose :func:`replica_works` these are, on ``view``."""
-    crowd = crowd_of(plan, view)
-    return max(estimate_1f1b(price(items, view, crowd), plan.micro_batches) for items in works)
+def estimate_repriced(pricer: Repricer, plan: Plan, view: TopologyView) -> float:
+    """``estimate`` of ``plan``, whose :func:`repricer` this is, on ``view`` (the same float)."""
+    return max(estimate_1f1b(costs, plan.micro_batches) for costs in pricer.price(view))
 
 
 def schedule_bounds(plan: Plan, view: TopologyView) -> tuple[float, float]:
@@ -207,4 +219,4 @@ def fits_memory(plan: Plan, view: TopologyView) -> bool:
 
 __all__ = ["AlphaBeta", "Calibration", "Channel", "GBPS", "MatrixView", "NO_CALIBRATION", "PlanWork", "Prediction",
            "RankWork", "StageMemory", "Timeline", "TopologyView", "estimate", "fits_memory", "load_calibration",
-           "estimate_works", "plan_work", "predict", "replica_works", "schedule_bounds"]
+           "estimate_memo", "estimate_repriced", "plan_work", "predict", "repricer", "schedule_bounds"]

@@ -189,21 +189,53 @@ def price(items: list[RankWork], view: TopologyView,
     """The cost of one replica's work items (stage order) on ``view``: p2p ``alpha + n / beta`` over
     each boundary's path (sharing hops the plan's own transfers crowd, ``crowd`` from
     :func:`self_crowd`), the WAN sync a ring over the stage's clusters (DESIGN.md)."""
-    out = []
     channels = view.crowded(crowd)
-    for w in items:
-        send_f = lat_f = send_b = lat_b = 0.0
-        if w.next_cluster is not None:
-            chan = channels.get(view, w.cluster, w.next_cluster)
-            send_f, lat_f = chan.time(w.next_bytes), chan.alpha_s
-        if w.prev_cluster is not None:
-            chan = channels.get(view, w.cluster, w.prev_cluster)
-            send_b, lat_b = chan.time(w.prev_bytes), chan.alpha_s
-        wan = wan_sync_s(w.grad_bytes, w.sync_clusters, view) if len(w.sync_clusters) > 1 else 0.0
-        out.append(StageCost(w.forward_s, w.backward_s, send_f, send_b, w.sync_intra_s, wan,
-                             tuple(sorted(w.sync_clusters)) if wan else (), send_forward_latency_s=lat_f,
-                             send_backward_latency_s=lat_b))
-    return out
+    return [_cost(w, view, channels) for w in items]
+
+
+def _cost(w: RankWork, view: TopologyView, channels) -> StageCost:
+    """One work item's :class:`StageCost` on ``view`` (``channels``: its crowded channels)."""
+    send_f = lat_f = send_b = lat_b = 0.0
+    if w.next_cluster is not None:
+        chan = channels.get(view, w.cluster, w.next_cluster)
+        send_f, lat_f = chan.time(w.next_bytes), chan.alpha_s
+    if w.prev_cluster is not None:
+        chan = channels.get(view, w.cluster, w.prev_cluster)
+        send_b, lat_b = chan.time(w.prev_bytes), chan.alpha_s
+    wan = wan_sync_s(w.grad_bytes, w.sync_clusters, view) if len(w.sync_clusters) > 1 else 0.0
+    return StageCost(w.forward_s, w.backward_s, send_f, send_b, w.sync_intra_s, wan,
+                     tuple(sorted(w.sync_clusters)) if wan else (), send_forward_latency_s=lat_f,
+                     send_backward_latency_s=lat_b)
+
+
+def _local(w: RankWork) -> bool:
+    """The item's sends and gradient sync stay inside its cluster: its cost does not depend on
+    the WAN (intra-cluster channels come from the topology and calibration alone)."""
+    return (w.next_cluster in (None, w.cluster) and w.prev_cluster in (None, w.cluster)
+            and len(w.sync_clusters) <= 1)
+
+
+class Repricer:
+    """The costs of one plan's work items (:func:`replica_work` of each distinct replica) as the
+    bandwidth of its WAN links changes: the simulator re-prices a running job whenever its max-min
+    shares move. The items whose sends and syncs stay inside a cluster are priced once, on the
+    view it was made on; on a view of the same topology and calibration (only link load and
+    bandwidths differ) only the others are priced again, on another every item is. Either way
+    :meth:`price` returns the same floats as :func:`price` on that view."""
+
+    def __init__(self, works: list[list[RankWork]], view: TopologyView, crowd: tuple) -> None:
+        self.works, self.crowd = works, crowd
+        self.topology, self.calibration = view.topology, view.calibration
+        channels = view.crowded(crowd)
+        self._fixed = [[_cost(w, view, channels) if _local(w) else None for w in items] for items in works]
+
+    def price(self, view: TopologyView) -> list[list[StageCost]]:
+        """Each distinct replica's stage costs on ``view``."""
+        if view.topology is not self.topology or view.calibration is not self.calibration:
+            return [price(items, view, self.crowd) for items in self.works]
+        channels = view.crowded(self.crowd)
+        return [[c if c is not None else _cost(w, view, channels) for w, c in zip(items, fixed)]
+                for items, fixed in zip(self.works, self._fixed)]
 
 
 def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,

@@ -179,13 +179,6 @@ class _NoneBelow:
         self.beat = beat
 
 
-def plan_estimate(plan: Plan, view: TopologyView) -> float:
-    """``estimate(plan, view)``, free for the plan ``plan_placement(..., exact_checks=1,
-    intra_ilp=False)`` just returned on this view (it scored it already)."""
-    known = view._memo.get(("estimate", plan))
-    return estimate(plan, view) if known is None else known
-
-
 def finalize_memo(job: Job, segments: Sequence[tuple[str, int]], plan: Plan, view: TopologyView) -> Plan:
     """:func:`finalize` of ``plan_placement(job, segments, view, intra_ilp=False, ...)``'s plan,
     memoised with its exact prediction (when finalize made one) under the same key as

@@ -52,10 +52,10 @@ import itertools
 import math
 from functools import lru_cache
 
-from spiderflow.costmodel import TopologyView
+from spiderflow.costmodel import TopologyView, estimate_memo
 from spiderflow.costmodel.network import Channel
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.parallel.tpa import finalize_memo, plan_estimate, plan_placement
+from spiderflow.parallel.tpa import finalize_memo, plan_placement
 from spiderflow.placement.base import Placement, PlacementRequest
 from spiderflow.workload import GRAD_BYTES_PER_PARAM, Job
 
@@ -278,7 +278,7 @@ def place(req: PlacementRequest) -> Placement:
             return
         if plan is None:
             return
-        t = plan_estimate(plan, view)  # within 2% of the exact schedule; the winner is simulated once
+        t = estimate_memo(plan, view)  # within 2% of the exact schedule; the winner is simulated once
         if t < best_t:
             best, best_t = (chain, plan), t
 

@@ -38,7 +38,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from spiderflow.costmodel import NO_CALIBRATION, Calibration, TopologyView, estimate_works, predict, replica_works
+from spiderflow.costmodel import NO_CALIBRATION, Calibration, TopologyView, estimate_repriced, predict, repricer
+from spiderflow.costmodel.work import Repricer
 from spiderflow.placement.base import Strategy
 from spiderflow.plan import Plan
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig
@@ -64,7 +65,7 @@ class SimRecord(JobRecord):
     shares: tuple = ()
     shared_iteration_s: float | None = None
     shared_estimates: dict = field(default_factory=dict, repr=False)  # shares -> iteration_s
-    works: list = field(default_factory=list, repr=False)  # the plan's work items (replica_works)
+    pricer: Repricer | None = field(default=None, repr=False)  # re-prices its plan as its shares move
     # a changing network (spiderflow.simulate.changes): re-plans, re-routes, time lost to them
     replanned: int = 0  # times the job was placed again after being stopped or moved
     rerouted: int = 0  # times its traffic took other routes because a link it used went down
@@ -163,7 +164,7 @@ class Simulation:
         if self.changes:
             self.changes.pool.settle(self.sched.free)  # GPUs announced as withdrawn go first
         self.flows_changed |= bool(rec.routes)
-        rec.works, rec.shared_estimates = [], {}  # only needed while it runs
+        rec.pricer, rec.shared_estimates = None, {}  # only needed while it runs
         if self.progress:
             self.progress(1)
 
@@ -212,7 +213,7 @@ class Simulation:
             rec.stopped_s, rec.restart_s, rec.placed_iteration_s = None, 0.0, None
         self.flows_changed |= bool(rec.routes)
         alone = TopologyView(topology=self.priced, calibration=cfg.calibration)
-        rec.works = replica_works(rec.plan, alone)  # fixed for the job's run; re-priced as its shares move
+        rec.pricer = repricer(rec.plan, alone)  # fixed for the job's run; re-prices it as its shares move
         rec.alone_iteration_s = self._price(rec, alone)
         rec.iteration_s = None
         rec.updated_s = start_s + delay
@@ -256,7 +257,7 @@ class Simulation:
     def _price(self, rec: SimRecord, view: TopologyView) -> float:
         if self.cfg.exact:
             return predict(rec.plan, view, check_memory=False).iteration_s
-        return estimate_works(rec.works, rec.plan, view)
+        return estimate_repriced(rec.pricer, rec.plan, view)
 
     def _set_iteration(self, rec: SimRecord, iteration: float, now: float) -> None:
         """Move ``rec``'s completion to match ``iteration`` (seconds per iteration from now on)."""
@@ -281,7 +282,7 @@ class Simulation:
         self.flows_changed |= bool(rec.routes)
         rec.status, rec.stopped_s, rec.restart_s = "queued", now, restart_s
         rec.token = rec.iteration_s = rec.expected_end_s = None
-        rec.shares, rec.shared_estimates, rec.works, rec.routes = (), {}, [], []
+        rec.shares, rec.shared_estimates, rec.pricer, rec.routes = (), {}, None, []
         at = next((i for i, q in enumerate(self.queue) if q.arrival_s > rec.arrival_s), len(self.queue))
         self.queue.insert(at, rec)
 

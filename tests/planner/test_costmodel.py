@@ -239,3 +239,34 @@ def test_a_plans_own_transfers_crowding_a_hop_share_it():
     assert predict(crowded, view, check_memory=False).iteration_s > predict(crowded, alone, check_memory=False).iteration_s
     matrix = MatrixView(topo)
     assert matrix.p2p_crowded("a", "c", crowd) == matrix.p2p("a", "c")
+
+
+def test_repricing_a_plan_gives_estimates_floats_on_every_view():
+    """The simulator re-prices a running plan as its links' shares move (costmodel.repricer): the
+    costs of stages that stay inside a cluster are kept from the first view, the rest priced again.
+    Every estimate must be estimate's own float: a pipeline a -> c -> b with two stages in a
+    (an intra-cluster boundary) and its hops crowded, and two replicas whose stages sync over a WAN ring;
+    on views with other link bandwidths and loads, and on another topology (every stage priced again)."""
+    from spiderflow.costmodel import estimate, estimate_memo, estimate_repriced, repricer
+    from spiderflow.costmodel.work import _local
+
+    topo = line_topology(bw=(4.0, 1.0), lat=(10.0, 10.0))
+    st = lambda c, lo, hi: Stage(cluster=c, layer_start=lo, layer_end=hi)  # noqa: E731
+    pipe = Plan(job=job(gpus=4), replicas=((st("a", 0, 3), st("a", 3, 6), st("c", 6, 9), st("b", 9, 12)),),
+                dp=1, micro_batch_size=1, micro_batches=8)
+    synced = Plan(job=job(gpus=4), replicas=((st("a", 0, 6), st("a", 6, 12)), (st("c", 0, 6), st("c", 6, 12))),
+                  dp=1, micro_batch_size=1, micro_batches=8)
+    other = line_topology(bw=(2.0, 3.0), lat=(5.0, 40.0))
+    for plan in (pipe, synced):
+        alone = TopologyView(topology=topo)
+        pricer = repricer(plan, alone)
+        views = [alone, TopologyView(topology=topo, link_gbps={("a", "b"): 1.5, ("b", "c"): 0.25}),
+                 TopologyView(topology=topo, link_gbps={("b", "c"): 0.6}, link_load={("a", "b"): 2}),
+                 TopologyView(topology=other, link_gbps={("a", "b"): 0.5})]
+        assert len({estimate(plan, view) for view in views}) == len(views)  # every view prices it differently
+        for view in views:
+            assert estimate_repriced(pricer, plan, view) == estimate(plan, view)
+            assert estimate_memo(plan, view) == estimate(plan, view) and view._memo[("estimate", plan)] == estimate(plan, view)
+    # the pipeline keeps its first stage's cost (a -> a), the replicas none (every stage syncs over the WAN)
+    assert [_local(w) for w in repricer(pipe, TopologyView(topology=topo)).works[0]] == [True, False, False, False]
+    assert not any(_local(w) for items in repricer(synced, TopologyView(topology=topo)).works for w in items)
