@@ -119,6 +119,11 @@ class Emulation:
         """Cluster name -> its hosts (name, ip, intf, ...), in rank order."""
         return {c.name: list(c.hosts) for c in self.plan.clusters}
 
+    def is_remote(self, node: str) -> bool:
+        """Whether ``node`` (a host or router) runs on another server: never on one server
+        (:class:`~emulator.net.multihost.ClusterEmulation` says for its servers)."""
+        return False
+
     def node(self, name: str) -> Host:
         try:
             return self._nodes[name]

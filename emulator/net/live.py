@@ -46,9 +46,8 @@ class LiveNetwork:
         self.down: frozenset = frozenset()
         self._seq = itertools.count(1)  # control-file sequence numbers (next() is atomic)
         self.commands = 0  # run so far (tc, ip)
-        self._shells: dict = {}  # ClusterEmulation: a shell ready in each router of another server
-        if getattr(emu, "is_remote", None):
-            start_shells(emu, self._shells)
+        self._shells: dict = {}  # a shell ready in each router of another server (none on one server)
+        start_shells(emu, self._shells)
 
     def live_topology(self) -> Topology:
         """Every link at its current figures, a down link at its last live ones (what is shaped)."""
@@ -89,7 +88,7 @@ class LiveNetwork:
 
     def _run(self, change: RouterChange) -> tuple | float | None:
         emu = self.emu
-        if getattr(emu, "is_remote", None) and emu.is_remote(change.router):  # ClusterEmulation
+        if emu.is_remote(change.router):
             return apply_remote(emu, change, next(self._seq), self._shells)
         pid = emu.node(change.router).pid
         emu.executor.run_batched(change.router, pid, [list(argv) for argv in change.commands])

@@ -105,11 +105,10 @@ def step_test(emu, *, link: tuple[str, str] | None = None, factor: float = 0.5,
         raise EmulatorError("--step needs a WAN link; this topology has none")
     if link is not None:
         wan = [t for t in wan if {t.a, t.b} == set(link)]
-    if getattr(emu, "is_remote", None):  # a ClusterEmulation: the receiver's bytes are read from /proc here
-        wan = [t for t in wan if not emu.is_remote(t.dst)]
-        if not wan:
-            raise EmulatorError("--step with --servers: the link needs an end on this machine (its receiver's "
-                                "bytes are read here); name one with --step A-B")
+    wan = [t for t in wan if not emu.is_remote(t.dst)]  # the receiver's bytes are read from /proc here
+    if not wan:
+        raise EmulatorError("--step with --servers: the link needs an end on this machine (its receiver's "
+                            "bytes are read here); name one with --step A-B")
     target: Target = wan[0]
     pin_routes(emu, [target])
     live = LiveNetwork(emu)
