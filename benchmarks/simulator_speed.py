@@ -11,6 +11,10 @@ GPU time as SpinSearch plans it alone on the empty topology).
 
     .venv/bin/python benchmarks/simulator_speed.py [--jobs 10000] [--clusters 64] [--planner spinsearch]
         [--no-wait] [--load L]
+
+Every 1,000 jobs ended (done or rejected) it prints a line to stderr with the CPU time so far: with
+admission on, 10,000 jobs of either trace do not finish in reasonable time (README, "Simulator
+speed"), and the lines show how far a run got.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -56,7 +61,15 @@ def main() -> None:
     load = offered_load(jobs, total_gpus=topo.total_gpus, job_gpu_seconds=gpu_time)
     load0 = os.getloadavg()[0]
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    records = simulate(topo, jobs, SimConfig(planner=args.planner, wait=not args.no_wait))
+    ended = 0
+
+    def progress(n: int) -> None:
+        nonlocal ended
+        ended += n
+        if ended % 1000 == 0:
+            print(f"{ended} jobs ended after {time.process_time() - cpu0:.1f} s of CPU", file=sys.stderr, flush=True)
+
+    records = simulate(topo, jobs, SimConfig(planner=args.planner, wait=not args.no_wait), progress=progress)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     s = summarise(records, topo.total_gpus)
     text = (f"# Simulator speed\n\n{dt.date.today()}, {machine()}; load average at start {load0:.2f}.\n\n"
