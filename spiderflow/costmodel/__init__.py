@@ -165,7 +165,8 @@ def estimate(plan: Plan, view: TopologyView) -> float:
 def estimate_memo(plan: Plan, view: TopologyView) -> float:
     """``estimate(plan, view)``, memoised on the view. TPA's search leaves there the estimate of the
     plan it returns, and the scheduler prices the same plans on the same network states again and
-    again as admission looks ahead (a twentieth of a deep admission run)."""
+    again as admission looks ahead (those estimates were 5% of a profiled run of 1,500 jobs at
+    load 0.9)."""
     key = ("estimate", plan)
     known = view._memo.get(key)
     if known is None:
@@ -219,4 +220,4 @@ def fits_memory(plan: Plan, view: TopologyView) -> bool:
 
 __all__ = ["AlphaBeta", "Calibration", "Channel", "GBPS", "MatrixView", "NO_CALIBRATION", "PlanWork", "Prediction",
            "RankWork", "StageMemory", "Timeline", "TopologyView", "estimate", "fits_memory", "load_calibration",
-           "estimate_memo", "estimate_repriced", "plan_work", "predict", "repricer", "schedule_bounds"]
+           "Repricer", "estimate_memo", "estimate_repriced", "plan_work", "predict", "repricer", "schedule_bounds"]

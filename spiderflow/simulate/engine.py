@@ -38,8 +38,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from spiderflow.costmodel import NO_CALIBRATION, Calibration, TopologyView, estimate_repriced, predict, repricer
-from spiderflow.costmodel.work import Repricer
+from spiderflow.costmodel import (NO_CALIBRATION, Calibration, Repricer, TopologyView, estimate_repriced, predict,
+                                  repricer)
 from spiderflow.placement.base import Strategy
 from spiderflow.plan import Plan
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S, JobRecord, Scheduler, SchedulerConfig
