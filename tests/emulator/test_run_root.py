@@ -168,11 +168,18 @@ def test_sigkill_mid_run_leaves_only_what_clean_removes(inputs, state_dir, asser
 
 @pytest.mark.root
 def test_a_second_run_is_refused_and_the_first_carries_on(inputs, state_dir, assert_no_leak):
+    """The first run starts its ranks cold (``--cold-start``, on this machine alone: each rank a new
+    ``python -m emulator.jobs.worker`` process the runner starts itself, no pool); no other root test
+    runs that path."""
     out, out2 = inputs / "out", inputs / "out2"
-    first = subprocess.Popen(run_argv(inputs, "--iterations", "10", "--dilation", "1"), cwd=REPO,
+    first = subprocess.Popen(run_argv(inputs, "--iterations", "10", "--dilation", "1", "--cold-start"), cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_iterations(first, out, "wan", 0, 2)
+        rank = next(json.loads(l) for l in (out / "launched.jsonl").read_text().splitlines()
+                    if json.loads(l)["job_id"] == "wan")
+        argv = Path(f"/proc/{rank['pid']}/cmdline").read_bytes().split(b"\0")
+        assert argv[1:3] == [b"-m", b"emulator.jobs.worker"], argv  # a pool's child: `-m emulator.jobs.pool`
         second = subprocess.run(run_argv(inputs, "--iterations", "10", "--dilation", "1", "--out", str(out2)),
                                 cwd=REPO, capture_output=True, text=True, timeout=60)
         assert first.poll() is None, "the first run ended before the second tried"
@@ -187,6 +194,7 @@ def test_a_second_run_is_refused_and_the_first_carries_on(inputs, state_dir, ass
     assert second.stdout == "" and not out2.exists()  # refused before writing anything
     assert first.returncode == 0, stderr[-3000:]
     assert all(j["status"] == "ok" for j in json.loads(stdout)["jobs"])
+    assert json.loads((out / "config.json").read_text())["rank_start"] == "cold"
     assert_no_leak()
 
 
