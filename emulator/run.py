@@ -89,9 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep the kernel's TCP slow start after idle (default: off in the emulated hosts, "
                              "so a pipeline transfer costs alpha + n / beta as the cost model assumes)")
     parser.add_argument("--cold-start", action="store_true",
-                        help="start every rank as a new Python process that imports torch (with --servers: exec'd "
-                             "from a cold pool on its server; default: fork it from a warm rank pool that "
-                             "imported torch once, emulator/jobs/pool.py)")
+                        help="start every rank as a new Python interpreter that imports torch, exec'd from a "
+                             "cold pool on its server (default: fork it from a warm rank pool that imported torch "
+                             "once, emulator/jobs/pool.py)")
     parser.add_argument("--calibration", default=None, metavar="FILE",
                         help="calibration JSON from `emulator calibrate`: the planner and the predictions use it")
     parser.add_argument("--calibration-any-topology", action="store_true",
@@ -192,20 +192,17 @@ def check_split(topo: Topology, servers: ServerSet | None, assignment: dict[str,
         check_assignment(topo, assignment, servers.first)
 
 
-def rank_start(servers: ServerSet | None, cold: bool) -> str:
+def rank_start(cold: bool) -> str:
     """How ranks start (``config.json``'s ``rank_start``)."""
-    if not cold:
-        return "warm pool"
-    return "cold" if servers is None else "cold (exec from each server's pool)"
+    return "cold (exec from each server's pool)" if cold else "warm pool"
 
 
 def rank_pools(emu, servers: ServerSet | None, config: dict, log, *, cold: bool = False):
-    """The rank pool(s) of ``emu``, as a context manager: a warm one here, or one per server (``config``
-    gets the clock offsets). ``cold`` (``--cold-start``): on this machine alone, none (a context giving
-    None: the runner starts each rank as a new process itself); over servers, a cold pool on each, whose
-    ranks exec a new interpreter on their own server (emulator/jobs/pool.py)."""
+    """The rank pool(s) of ``emu``, as a context manager: one here, or one per server (``config`` gets
+    the clock offsets). Warm, or with ``cold`` (``--cold-start``) cold: each rank execs a new
+    interpreter on its own server, which imports torch itself (emulator/jobs/pool.py)."""
     if servers is None:
-        return contextlib.nullcontext() if cold else RankPool(emu, log=log)
+        return RankPool(emu, log=log, cold=cold)
     from emulator.jobs.remotepool import ServerPools
 
     config["clock_offsets"] = {s: o.as_json() for s, o in servers.offsets.items()}
@@ -244,7 +241,7 @@ def main(args: argparse.Namespace) -> int:
               "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
               "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp,
               "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,
-              "rank_start": rank_start(servers, args.cold_start),
+              "rank_start": rank_start(args.cold_start),
               "scale": net.scale, "dilation": net.dilation, "dilation_reason": choice.reason,
               "net": asdict(net), "wan_events": args.wan_events,
               "capacity_events": args.capacity_events}

@@ -40,7 +40,7 @@ waiting at its rendezvous 4.2 MiB, where a cold one holds 156 MiB of
 anonymous memory of its own. Ten 2-rank jobs handed over at once on
 paper8 start in 0.31 s (median; max 0.77 s), ~0.1 s over each job alone.
 
-Cold (``RankPool(..., cold=True)``, ``emulator run --cold-start`` over several servers): the
+Cold (``RankPool(..., cold=True)``, ``emulator run --cold-start``, on one server or several): the
 server preloads nothing and each start request carries ``"exec": true``; the child does all of the
 above set-up, then ``os.execve``s ``python -m MODULE ARGS`` instead of importing the module, so the
 rank pays a whole interpreter start and its own imports, as a cold ``python -m

@@ -51,7 +51,6 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -503,8 +502,10 @@ class Runner:
         job = j.job
         for spec, host in zip(specs, hosts):
             spec = RankSpec(**{**spec.__dict__, "master_addr": hosts[0].ip, "master_port": port})
-            pool = None if self.pool is None else self.pool.for_host(host.name)
-            if pool is not None and pool.remote:
+            if self.pool is None:
+                raise ValueError("ranks start from a rank pool (emulator.run.rank_pools); this runner has none")
+            pool = self.pool.for_host(host.name)
+            if pool.remote:
                 self._start_remote(j, spec, host, pool)
                 continue
             path = self.rank_dir / f"{j.files}-r{spec.rank}.json"
@@ -514,17 +515,10 @@ class Runner:
             env = self._rank_env(spec, host)
             log_path = self.rank_dir / f"{j.files}-r{spec.rank}.log"
             role = f"{j.files}/r{spec.rank}"
-            if pool is not None:
-                proc = pool.start(module="emulator.jobs.worker", args=[str(path)],
-                                       env={**env, MARKER_ENV: self.emu.run_id}, log_path=str(log_path),
-                                       ns_pid=self.emu.node(host.name).pid, nice=STARTUP_NICE, cwd=str(REPO),
-                                       role=f"{role}@{host.name}")
-            else:
-                with open(log_path, "wb") as logfile:
-                    up = STARTUP_NICE - os.getpriority(os.PRIO_PROCESS, 0)  # from the replay's own priority
-                    argv = ["nice", "-n", str(up), sys.executable, "-m", "emulator.jobs.worker", str(path)]
-                    proc = self.emu.popen(host.name, argv, env=env, role=role, stdout=logfile,
-                                          stderr=subprocess.STDOUT, cwd=str(REPO))
+            proc = pool.start(module="emulator.jobs.worker", args=[str(path)],
+                              env={**env, MARKER_ENV: self.emu.run_id}, log_path=str(log_path),
+                              ns_pid=self.emu.node(host.name).pid, nice=STARTUP_NICE, cwd=str(REPO),
+                              role=f"{role}@{host.name}")
             j.ranks.append(Rank(spec=spec, host=host, proc=proc, log=log_path))
             self._launched.write(json.dumps({"job_id": job.job_id, "attempt": j.attempt, "rank": spec.rank,
                                              "pid": proc.pid, "host": host.name, "ip": host.ip,

@@ -16,7 +16,7 @@ from emulator.net.localserver import SSHD, LocalServer, main as localserver_main
 from emulator.net.measure import Result, Target
 from emulator.net.multihost import check_assignment, crossing_links
 from emulator.net.multihost_check import summarize, target_problems
-from emulator.net.servers import ClockSample, ServerSet, Ssh, assign_clusters, load_topology_with_servers, \
+from emulator.net.servers import ClockSample, Ssh, assign_clusters, load_topology_with_servers, \
     offset_from_samples, one_way_ms, parse_servers, remote_command
 from spiderflow.errors import ConfigError, EmulatorError
 from spiderflow.topology import load_topology
@@ -323,18 +323,11 @@ def test_run_and_compare_take_servers_and_check_them_before_root_in_one_line(com
     assert not (tmp_path / "o").exists()
 
 
-def test_cold_start_on_one_server_keeps_no_pool_and_says_how_ranks_start():
-    """`run --cold-start` alone: no pool (the runner starts each rank as a new process, as before
-    --servers took it) and config untouched; config.json's rank_start names each way."""
-    from emulator.run import rank_pools, rank_start
+def test_rank_start_names_warm_and_cold():
+    """config.json's rank_start: a warm pool, or a cold one on each server (this one alone too)."""
+    from emulator.run import rank_start
 
-    config: dict = {}
-    with rank_pools(None, None, config, print, cold=True) as pool:
-        assert pool is None
-    assert config == {}
-    servers = ServerSet(names=("localhost", "gpu2"))
-    assert [rank_start(None, False), rank_start(None, True), rank_start(servers, False), rank_start(servers, True)] \
-        == ["warm pool", "cold", "warm pool", "cold (exec from each server's pool)"]
+    assert [rank_start(False), rank_start(True)] == ["warm pool", "cold (exec from each server's pool)"]
 
 
 CHAIN_YAML = """\

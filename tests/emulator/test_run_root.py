@@ -141,8 +141,7 @@ def wait_for_iterations(proc, out, job_id, rank, n, timeout_s=120):
 
 @pytest.mark.root
 def test_sigkill_mid_run_leaves_only_what_clean_removes(inputs, state_dir, assert_no_leak):
-    """Ranks from the warm pool (the default); a cold-started rank is a host process like the one
-    test_net_root.py's SIGKILL test leaves to clean."""
+    """Ranks from the warm pool (the default): a SIGKILL of the run leaves them, and the network, to clean."""
     out = inputs / "out"
     proc = subprocess.Popen(run_argv(inputs, "--iterations", "200"), cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -168,9 +167,8 @@ def test_sigkill_mid_run_leaves_only_what_clean_removes(inputs, state_dir, asser
 
 @pytest.mark.root
 def test_a_second_run_is_refused_and_the_first_carries_on(inputs, state_dir, assert_no_leak):
-    """The first run starts its ranks cold (``--cold-start``, on this machine alone: each rank a new
-    ``python -m emulator.jobs.worker`` process the runner starts itself, no pool); no other root test
-    runs that path."""
+    """The first run starts its ranks cold (``--cold-start`` on this machine alone: each rank execs a
+    new ``python -m emulator.jobs.worker`` from a cold pool); no other root test runs that path."""
     out, out2 = inputs / "out", inputs / "out2"
     first = subprocess.Popen(run_argv(inputs, "--iterations", "10", "--dilation", "1", "--cold-start"), cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -179,7 +177,7 @@ def test_a_second_run_is_refused_and_the_first_carries_on(inputs, state_dir, ass
         rank = next(json.loads(l) for l in (out / "launched.jsonl").read_text().splitlines()
                     if json.loads(l)["job_id"] == "wan")
         argv = Path(f"/proc/{rank['pid']}/cmdline").read_bytes().split(b"\0")
-        assert argv[1:3] == [b"-m", b"emulator.jobs.worker"], argv  # a pool's child: `-m emulator.jobs.pool`
+        assert argv[1:3] == [b"-m", b"emulator.jobs.worker"], argv  # a warm pool's child: `-m emulator.jobs.pool`
         second = subprocess.run(run_argv(inputs, "--iterations", "10", "--dilation", "1", "--out", str(out2)),
                                 cwd=REPO, capture_output=True, text=True, timeout=60)
         assert first.poll() is None, "the first run ended before the second tried"
@@ -194,7 +192,7 @@ def test_a_second_run_is_refused_and_the_first_carries_on(inputs, state_dir, ass
     assert second.stdout == "" and not out2.exists()  # refused before writing anything
     assert first.returncode == 0, stderr[-3000:]
     assert all(j["status"] == "ok" for j in json.loads(stdout)["jobs"])
-    assert json.loads((out / "config.json").read_text())["rank_start"] == "cold"
+    assert json.loads((out / "config.json").read_text())["rank_start"] == "cold (exec from each server's pool)"
     assert_no_leak()
 
 
