@@ -180,7 +180,7 @@ def rank_ends(lines: list[dict], offset_ns: int = 0) -> tuple[list[float], list[
 class Rank:
     spec: RankSpec
     host: HostPlan
-    proc: subprocess.Popen  # or an emulator.jobs.pool.PooledProcess (same interface)
+    proc: subprocess.Popen  # an emulator.jobs.pool.PooledProcess (the same interface)
     log: Path | None = None  # the rank's stdout and stderr (here; a remote rank's once fetched)
     exit: int | None = None
     # a rank on another server: its pool, and its JSON lines and log there (spec.out is that path)
@@ -305,8 +305,9 @@ class Runner:
     def __init__(self, topology: Topology, jobs: Sequence[Job], config: RunConfig, emu, *, out_dir: Path,
                  log: Callable[[str], None] = lambda _m: None, pool=None, first_port: int = BASE_PORT,
                  wan_events: Sequence[WanEvent] = (), capacity_events: Sequence[CapacityEvent] = ()) -> None:
-        """``pool``: a :class:`emulator.jobs.pool.RankPool` on ``emu`` that forks the ranks with torch already
-        imported; None starts each rank as a new process (``python -m emulator.jobs.worker``).
+        """``pool``: the rank pool(s) that start the ranks (:func:`emulator.run.rank_pools`: a
+        :class:`emulator.jobs.pool.RankPool` on ``emu``, warm or cold, or one per server); a runner
+        without one cannot start a rank.
         ``first_port``: each job's rendezvous takes the next port from here (a later replay on the same
         network starts after the ports of the one before). ``wan_events``: put in force on the live
         network at their (compressed, dilated) times, and planned on from then (emulator/jobs/wanplay.py);
