@@ -58,6 +58,7 @@ from pathlib import Path
 
 from emulator.jobs.compute import COMPUTE_MODES, cpu_flops_per_s
 from emulator.jobs.launch import describe_plan, emulated_view, predict_emulated, rank_specs
+from emulator.jobs.pool import PooledProcess
 from emulator.jobs.ranklog import read_lines
 from emulator.jobs.remotepool import ask_sizes, collect, copy_lines
 from emulator.jobs.changes import ReplayChanges
@@ -180,7 +181,7 @@ def rank_ends(lines: list[dict], offset_ns: int = 0) -> tuple[list[float], list[
 class Rank:
     spec: RankSpec
     host: HostPlan
-    proc: subprocess.Popen  # an emulator.jobs.pool.PooledProcess (the same interface)
+    proc: PooledProcess  # from its server's pool (subprocess.Popen's interface)
     log: Path | None = None  # the rank's stdout and stderr (here; a remote rank's once fetched)
     exit: int | None = None
     # a rank on another server: its pool, and its JSON lines and log there (spec.out is that path)
@@ -501,10 +502,10 @@ class Runner:
 
     def _start_ranks(self, j: JobRun, specs: list, hosts: list, port: int) -> None:
         job = j.job
+        if self.pool is None:
+            raise ValueError("ranks start from a rank pool (emulator.run.rank_pools); this runner has none")
         for spec, host in zip(specs, hosts):
             spec = RankSpec(**{**spec.__dict__, "master_addr": hosts[0].ip, "master_port": port})
-            if self.pool is None:
-                raise ValueError("ranks start from a rank pool (emulator.run.rank_pools); this runner has none")
             pool = self.pool.for_host(host.name)
             if pool.remote:
                 self._start_remote(j, spec, host, pool)

@@ -15,8 +15,8 @@ from spiderflow.costmodel.memory import StageMemory, stage_memory
 from spiderflow.costmodel.network import GBPS, Channel, MatrixView, TopologyView
 from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, floor_1f1b, simulate_1f1b
 from spiderflow.costmodel.stages import StageCost
-from spiderflow.costmodel.work import (PlanWork, RankWork, Repricer, crowd_of, plan_work, replica_work,
-                                       stage_costs, stage_syncs)
+from spiderflow.costmodel.work import (PlanWork, RankWork, Repricer, plan_chains, plan_work,
+                                       replica_work, stage_costs, stage_syncs)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
 
@@ -181,7 +181,7 @@ def repricer(plan: Plan, view: TopologyView) -> Repricer:
     those that stay inside a cluster (:class:`~spiderflow.costmodel.work.Repricer`)."""
     syncs = _syncs(plan, view)
     return Repricer([replica_work(plan, view, r, syncs) for r in _distinct_replicas(plan)], view,
-                    crowd_of(plan, view))
+                    plan_chains(plan))
 
 
 def estimate_repriced(pricer: Repricer, plan: Plan, view: TopologyView) -> float:

@@ -220,19 +220,21 @@ class Repricer:
     bandwidth of its WAN links changes: the simulator re-prices a running job whenever its max-min
     shares move. The items whose sends and syncs stay inside a cluster are priced once, on the
     view it was made on; on a view of the same topology and calibration (only link load and
-    bandwidths differ) only the others are priced again, on another every item is. Either way
+    bandwidths differ) only the others are priced again, on another every item is, under that
+    topology's crowd of the plan's ``chains`` (its replicas' stage clusters). Either way
     :meth:`price` returns the same floats as :func:`price` on that view."""
 
-    def __init__(self, works: list[list[RankWork]], view: TopologyView, crowd: tuple) -> None:
-        self.works, self.crowd = works, crowd
+    def __init__(self, works: list[list[RankWork]], view: TopologyView, chains: tuple[tuple[str, ...], ...]) -> None:
+        self.works, self.chains = works, chains
         self.topology, self.calibration = view.topology, view.calibration
-        channels = view.crowded(crowd)
+        self.crowd = chains_crowd_of(chains, view)
+        channels = view.crowded(self.crowd)
         self._fixed = [[_cost(w, view, channels) if _local(w) else None for w in items] for items in works]
 
     def price(self, view: TopologyView) -> list[list[StageCost]]:
         """Each distinct replica's stage costs on ``view``."""
         if view.topology is not self.topology or view.calibration is not self.calibration:
-            return [price(items, view, self.crowd) for items in self.works]
+            return [price(items, view, chains_crowd_of(self.chains, view)) for items in self.works]
         channels = view.crowded(self.crowd)
         return [[c if c is not None else _cost(w, view, channels) for w, c in zip(items, fixed)]
                 for items, fixed in zip(self.works, self._fixed)]
@@ -247,7 +249,12 @@ def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
 def crowd_of(plan: Plan, view: TopologyView) -> tuple:
     """:func:`self_crowd` of ``plan`` on ``view``'s topology (memoised on the view); none on a view
     that does not see shared links."""
-    return chains_crowd_of(tuple(tuple(s.cluster for s in rep) for rep in plan.replicas), view)
+    return chains_crowd_of(plan_chains(plan), view)
+
+
+def plan_chains(plan: Plan) -> tuple[tuple[str, ...], ...]:
+    """Each replica's stage clusters, in stage order (what the plan's own transfers crowd)."""
+    return tuple(tuple(s.cluster for s in rep) for rep in plan.replicas)
 
 
 def chains_crowd_of(chains: tuple[tuple[str, ...], ...], view: TopologyView) -> tuple:
