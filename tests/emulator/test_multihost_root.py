@@ -94,17 +94,15 @@ def private_server(state_dir):
 
 
 @pytest.fixture
-def far_server(state_dir, tmp_path):
-    """The private second server where this checkout allows it, else one that shares files: the tests
-    that use it look at the far side over ssh either way."""
+def far_server(state_dir, request):
+    """The private second server where this checkout allows it, else one that shares files
+    (``second_server``): the tests that use it look at the far side over ssh either way."""
     srv, _why = _private(state_dir)
-    if srv is not None:
-        with _running_private(srv):
-            yield srv
+    if srv is None:
+        yield request.getfixturevalue("second_server")
         return
-    srv = up(LocalServer(name=NAME, dir=tmp_path / "srv", subnet="192.168.253"))
-    yield srv
-    _assert_down(srv, down(srv))
+    with _running_private(srv):
+        yield srv
 
 
 def _there(srv, script: str) -> subprocess.CompletedProcess:
