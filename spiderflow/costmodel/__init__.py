@@ -167,11 +167,21 @@ def estimate_memo(plan: Plan, view: TopologyView) -> float:
     plan it returns, and the scheduler prices the same plans on the same network states again and
     again as admission looks ahead (those estimates were 5% of a profiled run of 1,500 jobs at
     load 0.9)."""
-    key = ("estimate", plan)
-    known = view._memo.get(key)
+    known = known_estimate(plan, view)
     if known is None:
-        known = view._memo[key] = estimate(plan, view)
+        known = note_estimate(plan, view, estimate(plan, view))
     return known
+
+
+def known_estimate(plan: Plan, view: TopologyView) -> float | None:
+    """The estimate of ``plan`` memoised on ``view`` (:func:`estimate_memo`), if any."""
+    return view._memo.get(("estimate", plan))
+
+
+def note_estimate(plan: Plan, view: TopologyView, value: float) -> float:
+    """Memoise ``value`` as ``estimate(plan, view)`` (a search that scored the plan already); returns it."""
+    view._memo[("estimate", plan)] = value
+    return value
 
 
 def repricer(plan: Plan, view: TopologyView) -> Repricer:
@@ -220,4 +230,4 @@ def fits_memory(plan: Plan, view: TopologyView) -> bool:
 
 __all__ = ["AlphaBeta", "Calibration", "Channel", "GBPS", "MatrixView", "NO_CALIBRATION", "PlanWork", "Prediction",
            "RankWork", "StageMemory", "Timeline", "TopologyView", "estimate", "fits_memory", "load_calibration",
-           "Repricer", "estimate_memo", "estimate_repriced", "plan_work", "predict", "repricer", "schedule_bounds"]
+           "Repricer", "estimate_memo", "estimate_repriced", "known_estimate", "note_estimate", "plan_work", "predict", "repricer", "schedule_bounds"]

@@ -35,7 +35,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict, schedule_bounds
+from spiderflow.costmodel import (TopologyView, estimate, fits_memory, known_estimate, note_estimate, predict,
+                                  schedule_bounds)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel.bounds import QuickBound, ShapeBound, memory_variant, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
@@ -151,7 +152,7 @@ def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topology
             raise InfeasiblePlan(str(hit).replace(hit.job_id, job.job_id, 1)) from None
         plan = replace(hit[0], job=job)
         if hit[1] is not None:
-            view._memo[("estimate", plan)] = hit[1]
+            note_estimate(plan, view, hit[1])
         return plan
     try:
         plan = _plan_placement(job, segments, view, intra_ilp=intra_ilp, exact_checks=exact_checks, beat=beat)
@@ -160,7 +161,7 @@ def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topology
         _remember(key, exc)
         raise
     if plan is not None:
-        _remember(key, (plan, view._memo.get(("estimate", plan))))
+        _remember(key, (plan, known_estimate(plan, view)))
     elif beat < math.inf:
         _remember(key, _NoneBelow(beat))
     return plan
@@ -279,7 +280,7 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
     finalists = [p for _, _, p in sorted(scored, key=lambda x: (-x[0], -x[1]))]
     best = finalists[0] if len(finalists) == 1 else min(finalists, key=lambda p: predict(p, view).iteration_s)
     if len(finalists) == 1 and not intra_ilp:
-        view._memo[("estimate", best)] = -scored[0][0]
+        note_estimate(best, view, -scored[0][0])
     return finalize(best, view) if intra_ilp else best
 
 

@@ -247,7 +247,7 @@ def test_repricing_a_plan_gives_estimates_floats_on_every_view():
     Every estimate must be estimate's own float: a pipeline a -> c -> b with two stages in a
     (an intra-cluster boundary) and its hops crowded, and two replicas whose stages sync over a WAN ring;
     on views with other link bandwidths and loads, and on another topology (every stage priced again)."""
-    from spiderflow.costmodel import estimate, estimate_memo, estimate_repriced, repricer
+    from spiderflow.costmodel import estimate, estimate_memo, estimate_repriced, known_estimate, repricer
     from spiderflow.costmodel.work import _local
 
     topo = line_topology(bw=(4.0, 1.0), lat=(10.0, 10.0))
@@ -266,7 +266,7 @@ def test_repricing_a_plan_gives_estimates_floats_on_every_view():
         assert len({estimate(plan, view) for view in views}) == len(views)  # every view prices it differently
         for view in views:
             assert estimate_repriced(pricer, plan, view) == estimate(plan, view)
-            assert estimate_memo(plan, view) == estimate(plan, view) and view._memo[("estimate", plan)] == estimate(plan, view)
+            assert estimate_memo(plan, view) == estimate(plan, view) and known_estimate(plan, view) == estimate(plan, view)
     # the pipeline keeps its first stage's cost (a -> a), the replicas none (every stage syncs over the WAN)
     assert [_local(w) for w in repricer(pipe, TopologyView(topology=topo)).works[0]] == [True, False, False, False]
     assert not any(_local(w) for items in repricer(synced, TopologyView(topology=topo)).works for w in items)
