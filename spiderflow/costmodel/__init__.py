@@ -50,10 +50,21 @@ def predict(plan: Plan, view: TopologyView, *, check_memory: bool = True) -> Pre
 
     Memoised on the view: the same plan asked of the same view is simulated once.
     """
-    key = ("predict", plan, check_memory)
-    if key not in view._memo:
-        view._memo[key] = _predict(plan, view, check_memory)
-    return view._memo[key]
+    known = known_prediction(plan, view, check_memory=check_memory)
+    if known is None:
+        known = note_prediction(plan, view, _predict(plan, view, check_memory), check_memory=check_memory)
+    return known
+
+
+def known_prediction(plan: Plan, view: TopologyView, *, check_memory: bool = True) -> Prediction | None:
+    """The prediction of ``plan`` memoised on ``view`` (:func:`predict`), if any."""
+    return view._memo.get(("predict", plan, check_memory))
+
+
+def note_prediction(plan: Plan, view: TopologyView, value: Prediction, *, check_memory: bool = True) -> Prediction:
+    """Memoise ``value`` as ``predict(plan, view)`` (one a memo of its own kept); returns it."""
+    view._memo[("predict", plan, check_memory)] = value
+    return value
 
 
 def _predict(plan: Plan, view: TopologyView, check_memory: bool) -> Prediction:
@@ -230,4 +241,5 @@ def fits_memory(plan: Plan, view: TopologyView) -> bool:
 
 __all__ = ["AlphaBeta", "Calibration", "Channel", "GBPS", "MatrixView", "NO_CALIBRATION", "PlanWork", "Prediction",
            "RankWork", "StageMemory", "Timeline", "TopologyView", "estimate", "fits_memory", "load_calibration",
-           "Repricer", "estimate_memo", "estimate_repriced", "known_estimate", "note_estimate", "plan_work", "predict", "repricer", "schedule_bounds"]
+           "Repricer", "estimate_memo", "estimate_repriced", "known_estimate", "known_prediction", "note_estimate",
+           "note_prediction", "plan_work", "predict", "repricer", "schedule_bounds"]

@@ -35,8 +35,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from spiderflow.costmodel import (TopologyView, estimate, fits_memory, known_estimate, note_estimate, predict,
-                                  schedule_bounds)
+from spiderflow.costmodel import (TopologyView, estimate, fits_memory, known_estimate, known_prediction,
+                                  note_estimate, note_prediction, predict, schedule_bounds)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel.bounds import QuickBound, ShapeBound, memory_variant, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
@@ -194,10 +194,10 @@ def finalize_memo(job: Job, segments: Sequence[tuple[str, int]], plan: Plan, vie
         _MEMO.move_to_end(key)
         final = replace(hit[0], job=job)
         if hit[1] is not None:
-            view._memo[("predict", final, True)] = hit[1]
+            note_prediction(final, view, hit[1])
         return final
     final = finalize(plan, view)
-    _remember(key, (final, view._memo.get(("predict", final, True))))
+    _remember(key, (final, known_prediction(final, view)))
     return final
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from spiderflow.costmodel import TopologyView, repricer
+from spiderflow.costmodel import TopologyView
 from spiderflow.scheduling import crosses
 from spiderflow.simulate.flows import plan_routes
 from spiderflow.topology import Topology
@@ -203,7 +203,7 @@ class Changes:
             rec.rerouted += went_down and used
             rec.routes = routes
             view = TopologyView(topology=priced, calibration=sim.cfg.calibration)
-            rec.pricer = repricer(rec.plan, view)
+            rec.pricer = sim._repricer(rec.plan, view)
             rec.alone_iteration_s = sim._price(rec, view)
             rec.shares, rec.shared_estimates = (), {}  # re-estimated by the reshare that follows
             sim.flows_changed = changed = True

@@ -213,7 +213,7 @@ class Simulation:
             rec.stopped_s, rec.restart_s, rec.placed_iteration_s = None, 0.0, None
         self.flows_changed |= bool(rec.routes)
         alone = TopologyView(topology=self.priced, calibration=cfg.calibration)
-        rec.pricer = repricer(rec.plan, alone)  # fixed for the job's run; re-prices it as its shares move
+        rec.pricer = self._repricer(rec.plan, alone)  # fixed for the job's run; re-prices it as its shares move
         rec.alone_iteration_s = self._price(rec, alone)
         rec.iteration_s = None
         rec.updated_s = start_s + delay
@@ -253,6 +253,10 @@ class Simulation:
             else:
                 iteration = rec.alone_iteration_s
             self._set_iteration(rec, iteration, now)
+
+    def _repricer(self, plan: Plan, view: TopologyView) -> Repricer | None:
+        """What re-prices ``plan`` as its shares move; none in exact mode, which predicts it instead."""
+        return None if self.cfg.exact else repricer(plan, view)
 
     def _price(self, rec: SimRecord, view: TopologyView) -> float:
         if self.cfg.exact:
