@@ -5,7 +5,9 @@ each offered load, one trace per seed, with every planner at the shared
 scheduler's defaults (:class:`spiderflow.scheduling.SchedulerConfig`: FIFO, ILP
 time limit 10 s per decision, genetic's default 4,900 trials) and the paper's
 accounting of scheduling overhead (``SimConfig(charge_overhead=True)``: a
-decision's wall time delays its job and the ones queued behind it).
+decision's wall time delays its job and the ones queued behind it). Each replay
+starts with the planners' memos cleared, as a fresh scheduler would: none of
+its decisions is answered from the sizing, another planner's run or another case.
 ``spinsearch`` is SpinSearch with its topology-aware admission (the default),
 ``spinsearch-nowait`` the ablation without it (``wait=False``). One more row
 set replays windows of consecutive jobs of the real Alibaba v2023 sample
@@ -167,6 +169,7 @@ def replay(topo: Topology, case: Case, label: str) -> dict:
     name, wait = VARIANTS[label]
     cfg = SimConfig(planner=name, wait=wait, charge_overhead=True, seed=case.seed)
     timed: list[tuple[str, float]] = []
+    placement.clear_memos()  # a fresh scheduler: nothing planned by sizing, another planner or another case
     wall0, cpu0 = time.perf_counter(), time.process_time()
     with timed_planner(name, timed):
         records = simulate(topo, case.jobs, cfg)
@@ -314,7 +317,7 @@ def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
         "Settings: every planner at the shared scheduler's defaults (FIFO, ILP time limit "
         f"{DEFAULT_TIME_LIMIT_S:g} s per decision, genetic's default {GENETIC_TRIALS:,} trials), "
         "scheduling overhead charged "
-        "(`SimConfig(charge_overhead=True)`); synthetic traces from `generate_trace` with arrivals sized to the "
+        "(`SimConfig(charge_overhead=True)`), each replay starting with the planners' memos cleared; synthetic traces from `generate_trace` with arrivals sized to the "
         "offered load (`trace generate --topology T --load L --seed S --jobs N`), the seed also the planners' seed. "
         f"Seeds: {config['seeds']}; jobs per trace: {config['jobs']}.", "",
         "Ratios: per seed, the baseline's avg JCT / SpinSearch's and SpinSearch's throughput (tokens/s) / the "
@@ -466,7 +469,8 @@ def run_benchmark(out: Path, *, seeds: tuple[int, dict[str, int]], jobs: tuple[i
               "planners": {p: {"planner": VARIANTS[p][0], "wait": VARIANTS[p][1]} for p in planners},
               "sim": {"charge_overhead": True, "overhead_scale": 1.0, "backfill": False,
                       "time_limit_s": DEFAULT_TIME_LIMIT_S, "search_budget": None, "genetic_trials": GENETIC_TRIALS,
-                      "calibration": None, "exact": False, "seed": "the trace's seed (the window's index)"},
+                      "calibration": None, "exact": False, "seed": "the trace's seed (the window's index)",
+                      "memos": "cleared before each replay (spiderflow.placement.clear_memos)"},
               "trace": {"generator": "spiderflow.traces.generate_trace", "arrival": "poisson",
                         "load_sizing": "mean_gap_for_load over the topology's GPUs, each job's GPU-seconds as "
                                        "SpinSearch plans it alone on the empty topology (PlannedGpuTime); max_gpus = min(512, GPUs rounded down to a power of 2)"},

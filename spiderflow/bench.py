@@ -4,7 +4,9 @@ For each cluster count N: one generated topology (``generate_topology(N, seed)``
 a background of running jobs (a third of the GPUs taken at random, and 1-3
 competing flows on a quarter of the WAN links), and ``jobs`` jobs (GPT-3 1.3B to
 Llama-2 70B, 8 to 512 GPUs, never more than half the free GPUs). Every planner
-places and plans every job against the same state. Per planner and N:
+places and plans every job against the same state, each decision cold: the planners' memos
+(process-wide, and shared: every planner plans its placements with TPA) are cleared before each,
+so no decision is answered from another planner's work or an earlier job's. Per planner and N:
 median / p95 wall time of the decision, and the predicted iteration time of its
 plan on the full-knowledge view (current load included), both also as ratios to
 SpinSearch's (geometric mean over the jobs both planned).
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.placement import PLANNERS, PlacementRequest, run_planner
+from spiderflow.placement import PLANNERS, PlacementRequest, clear_memos, run_planner
 from spiderflow.topology import Topology
 from spiderflow.topology.generate import generate_topology
 from spiderflow.workload import Job
@@ -70,6 +72,7 @@ def run_size(n_clusters: int, n_jobs: int, seed: int, planners: list[str], *, ti
         for name in planners:
             req = PlacementRequest(job=job, topology=topo, free_gpus=free, link_load=load, seed=seed,
                                    time_limit_s=time_limit_s)
+            clear_memos()
             try:
                 res = run_planner(name, req)
                 rows.append(Row(n_clusters, job.job_id, job.model, job.gpus, name, res.placement.status,

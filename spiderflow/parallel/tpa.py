@@ -201,6 +201,11 @@ def finalize_memo(job: Job, segments: Sequence[tuple[str, int]], plan: Plan, vie
     return final
 
 
+def clear_memo() -> None:
+    """Forget every plan memoised by :func:`plan_placement` and :func:`finalize_memo`."""
+    _MEMO.clear()
+
+
 def _remember(key: tuple, value) -> None:
     _MEMO[key] = value
     if len(_MEMO) > MEMO_SIZE:

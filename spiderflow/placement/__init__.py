@@ -33,6 +33,23 @@ class PlannerResult:
     overhead_s: float  # wall time of placement + planning
 
 
+def clear_memos() -> None:
+    """Forget every plan, intra-cluster solve, shape list, chain order and shared network-state view
+    memoised so far in this process. The memos are process-wide and keyed on what an answer depends
+    on, so they never give a wrong answer, but they carry work from one run to the next: a benchmark
+    that times a cold planner (after sizing its trace with SpinSearch, or after another planner's
+    run) calls this first."""
+    from spiderflow.costmodel import schedule
+    from spiderflow.parallel import intra_ilp, shapes, tpa
+    from spiderflow.placement import base
+
+    tpa.clear_memo()
+    base._VIEWS.clear()
+    for cached in (intra_ilp.solve_intra, shapes._shapes, spinsearch._best_order, spinsearch._greedy_chains,
+                   schedule._order):
+        cached.cache_clear()
+
+
 def run_planner(name: str, req: PlacementRequest, *, judge: bool = True) -> PlannerResult:
     """Place and plan ``req`` with planner ``name``, timed; with ``judge``, also predict the plan
     exactly on the full-knowledge view (outside the timing). The simulator, which re-prices plans

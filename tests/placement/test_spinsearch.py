@@ -125,3 +125,26 @@ def test_a_shared_view_with_a_full_memo_is_replaced_and_few_are_kept(monkeypatch
     for k in range(4):
         request(LINE, job("gpt3-1.3b", 24), load={("a", "b"): float(k + 1)}).topology_view()
     assert len(base._VIEWS) == 3 and request(LINE, job("gpt3-1.3b", 24)).topology_view() is not again
+
+
+def test_after_clear_memos_a_request_is_searched_again_and_answered_alike(monkeypatch):
+    """The planners' memos are process-wide: a second identical request is answered without a TPA
+    search. After ``clear_memos`` (what the benchmarks call before a timed, cold run) the same
+    request is searched again, and gets the same answer."""
+    from spiderflow.parallel import tpa
+    from spiderflow.placement import clear_memos
+
+    searches = []
+    search = tpa._plan_placement
+    monkeypatch.setattr(tpa, "_plan_placement", lambda *a, **k: searches.append(1) or search(*a, **k))
+    t, j = CASES[1]
+    clear_memos()
+    first = place(request(t, j))
+    cold = len(searches)
+    assert cold > 0
+    again = place(request(t, j))
+    assert len(searches) == cold  # all from the memos
+    clear_memos()
+    fresh = place(request(t, j))
+    assert len(searches) == 2 * cold  # the same searches, again
+    assert (first.segments, first.plan) == (again.segments, again.plan) == (fresh.segments, fresh.plan)
