@@ -425,24 +425,32 @@ def test_calibrate_over_two_servers(second_server, state_dir, assert_no_leak, tm
 
 
 # ------------------------------------------------------------ live WAN changes on another server
+def _default_split(srv):
+    """The default topology split over this server and ``srv`` as `run` splits it (oregon, virginia
+    here; london, tokyo there), tunnelled with VXLAN: (topology, servers, assignment)."""
+    from spiderflow.topology import load_topology
+
+    topo = load_topology(str(REPO / "topologies/default.yaml"))
+    servers = _servers(srv)
+    servers.tunnel = "vxlan"
+    assignment = assign_clusters(topo.names, servers.names)
+    assert assignment == {"oregon": "localhost", "virginia": "localhost", "london": NAME, "tokyo": NAME}
+    return topo, servers, assignment
+
+
 def test_live_wan_changes_on_the_other_servers_routers(second_server, state_dir, assert_no_leak):
     """--wan-events with --servers (issue 20): the default topology split as `run` splits it (oregon,
     virginia here; london, tokyo there), a change of the tunnelled virginia-london link and of
     tokyo-london (both ends on the other server) is made there: the htb rate read back in the remote
     routers' namespaces, the new delay measured end to end through the remote delay daemons (its
     control file written there, acknowledged, the moment put on our clock)."""
-    from spiderflow.topology import load_topology
     from spiderflow.wan import WanEvent
 
     from emulator.net.live import LiveNetwork
     from emulator.net.liveremote import run_in_shell
     from emulator.net.measure import measure_delays, targets
 
-    topo = load_topology(str(REPO / "topologies/default.yaml"))
-    servers = _servers(second_server)
-    servers.tunnel = "vxlan"
-    assignment = assign_clusters(topo.names, servers.names)
-    assert assignment == {"oregon": "localhost", "virginia": "localhost", "london": NAME, "tokyo": NAME}
+    topo, servers, assignment = _default_split(second_server)
 
     def ev(a, b, gbps, ms):
         return WanEvent(time_s=0.0, a=a, b=b, bandwidth_gbps=gbps, latency_ms=ms, up=True)
@@ -491,17 +499,12 @@ def test_a_link_between_servers_goes_down_and_comes_back(second_server, state_di
     between them takes the way round the ring (virginia-oregon here, the tunnelled oregon-tokyo,
     tokyo-london there: 33.5 + 48.5 + 115 ms one way), and when the link comes back up the direct
     route and its 38 ms are in force again."""
-    from spiderflow.topology import load_topology
     from spiderflow.wan import WanEvent
 
     from emulator.net.live import LiveNetwork
     from emulator.net.measure import measure_delays, targets
 
-    topo = load_topology(str(REPO / "topologies/default.yaml"))
-    servers = _servers(second_server)
-    servers.tunnel = "vxlan"
-    assignment = assign_clusters(topo.names, servers.names)
-    assert assignment == {"oregon": "localhost", "virginia": "localhost", "london": NAME, "tokyo": NAME}
+    topo, servers, assignment = _default_split(second_server)
 
     def link(up):
         return WanEvent(time_s=0.0, a="virginia", b="london", bandwidth_gbps=None, latency_ms=None, up=up)
