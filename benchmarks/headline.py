@@ -317,7 +317,8 @@ def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
         "Settings: every planner at the shared scheduler's defaults (FIFO, ILP time limit "
         f"{DEFAULT_TIME_LIMIT_S:g} s per decision, genetic's default {GENETIC_TRIALS:,} trials), "
         "scheduling overhead charged "
-        "(`SimConfig(charge_overhead=True)`), each replay starting with the planners' memos cleared; synthetic traces from `generate_trace` with arrivals sized to the "
+        "(`SimConfig(charge_overhead=True)`), each replay starting with the planners' memos cleared; "
+        "synthetic traces from `generate_trace` with arrivals sized to the "
         "offered load (`trace generate --topology T --load L --seed S --jobs N`), the seed also the planners' seed. "
         f"Seeds: {config['seeds']}; jobs per trace: {config['jobs']}.", "",
         "Ratios: per seed, the baseline's avg JCT / SpinSearch's and SpinSearch's throughput (tokens/s) / the "

@@ -62,7 +62,7 @@ def known_prediction(plan: Plan, view: TopologyView, *, check_memory: bool = Tru
 
 
 def note_prediction(plan: Plan, view: TopologyView, value: Prediction, *, check_memory: bool = True) -> Prediction:
-    """Memoise ``value`` as ``predict(plan, view)`` (one a memo of its own kept); returns it."""
+    """Memoise ``value`` as ``predict(plan, view)`` (a prediction another memo kept); returns it."""
     view._memo[("predict", plan, check_memory)] = value
     return value
 
