@@ -28,7 +28,7 @@ from emulator.net.multihost import ClusterEmulation
 from emulator.net.multihost_check import summarize
 from emulator.net.servers import ServerSet, Ssh, assign_clusters
 from emulator.net.state import RUN_DIR_PREFIX
-from emulator.net.tolerance import bandwidth_ok, delay_ok
+from emulator.net.tolerance import DELAY_ABS_MS, bandwidth_ok, delay_ok
 
 from spiderflow.errors import EmulatorError
 
@@ -530,7 +530,10 @@ def test_a_link_between_servers_goes_down_and_comes_back(second_server, state_di
     ((fwd, rev),) = direct.values()
     assert delay_ok(38.0, fwd) and delay_ok(38.0, rev), (mechanism, fwd, rev)
     ((fwd, rev),) = round_.values()
-    assert delay_ok(197.0, fwd) and delay_ok(197.0, rev), (mechanism, fwd, rev)
+    # three WAN links in series, each with its own delay element: each is allowed the one-link
+    # tolerance (2 ms; with NFQUEUE each hop adds its processing: 199.04 ms measured once in CI)
+    detour = 3 * DELAY_ABS_MS
+    assert delay_ok(197.0, fwd, abs_ms=detour) and delay_ok(197.0, rev, abs_ms=detour), (mechanism, fwd, rev)
     ((fwd, rev),) = back.values()
     assert delay_ok(38.0, fwd) and delay_ok(38.0, rev), (mechanism, fwd, rev)
     assert_no_leak()
