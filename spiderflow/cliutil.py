@@ -257,4 +257,5 @@ def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"planner seed (genetic, tie-breaks), 0..{MAX_SEED} (default %(default)s)")
     p.add_argument("--no-wait", dest="wait", action="store_false",
                    help="SpinSearch starts every job at once when it fits, as the baselines do (default: it "
-                        "waits when a placement expected once running jobs end finishes the job sooner)")
+                        "waits when a placement expected once running jobs end finishes the job sooner, its run "
+                        "time weighted by the jobs queued behind it)")

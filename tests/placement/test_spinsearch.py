@@ -148,3 +148,32 @@ def test_after_clear_memos_a_request_is_searched_again_and_answered_alike(monkey
     fresh = place(request(t, j))
     assert len(searches) == 2 * cold  # the same searches, again
     assert (first.segments, first.plan) == (again.segments, again.plan) == (fresh.segments, fresh.plan)
+
+
+def test_the_winning_set_is_ordered_by_its_crowded_boundaries():
+    """bench planner's 16-cluster job b1 (gpt3-13b, 128 GPUs, seed 0): the order that maximises the
+    thinnest boundary on each pair's own figures puts two boundaries whose routes share a link side
+    by side. SpinSearch's plan must beat the best plan TPA finds on that order, by the crowding."""
+    import random
+
+    from spiderflow.bench import background, bench_jobs
+    from spiderflow.costmodel import estimate
+    from spiderflow.placement import PlacementRequest, clear_memos
+    from spiderflow.placement.spinsearch import _crowded_order
+    from spiderflow.topology.generate import generate_topology
+
+    t16 = generate_topology(16, 0)
+    rng = random.Random(16)
+    free, load = background(t16, rng)
+    b1 = bench_jobs(free, 2, rng)[1]
+    clear_memos()
+    req = PlacementRequest(job=b1, topology=t16, free_gpus=free, link_load=load)
+    got = place(req)
+    view = req.topology_view()
+    names = [c for c, _ in got.segments]
+    counts = dict(got.segments)
+    assert tuple(names) in (_crowded_order(names, view), _crowded_order(names, view)[::-1])
+    plain = _order(names, view)
+    assert plain != names and plain != names[::-1]
+    old = plan_placement(b1, [(c, counts[c]) for c in plain], view, intra_ilp=False)
+    assert estimate(got.plan, view) < 0.8 * estimate(old, view)

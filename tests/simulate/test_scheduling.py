@@ -291,6 +291,28 @@ def test_the_look_ahead_also_weighs_the_first_end_that_frees_the_jobs_best_gpus(
     assert {"a": 8, "b": 8, "c": 8} in calls  # planned at r4's end
 
 
+def test_a_job_with_others_queued_behind_it_weighs_the_gpu_time_it_would_hold():
+    """long (8 GPUs) can start now on slow b and finish at 126 s, or wait for r1's 4 GPUs on fast a
+    at t = 120 and finish at 137 s, running 17 s instead of 126. Alone in the queue it starts now:
+    that finishes it sooner. With two jobs queued behind it, the 110 s of 8 GPUs it would hold
+    longer on b (half the topology) delay each of them by about 55 s: it waits for a."""
+    topo = fast_and_slow()
+    for behind in (0, 2):
+        sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+        r1, long, *others = _records([job(0, 4), job(1, 8, iterations=100)]
+                                     + [job(2 + i, 8, iterations=100) for i in range(behind)])
+        _running(sched, topo, [r1], "a", [120.0])
+        sched.schedule([long, *others], now=0.0)
+        if behind == 0:
+            assert long.status == "running" and long.placement == {"b": 8}, long.admission
+            assert long.admission == "started now on b:8: finishes at 126.404 s"  # a: no sooner, not weighed
+        else:
+            assert long.status == "queued" and long.reservation.gpus == {"a": 8}, long.admission
+            assert long.reservation.at_s == 120.0 and long.waits_for == ("j0",)
+            assert "finishes at 136.6" in long.admission and "vs 126.4" in long.admission
+            assert "2 jobs queued" in long.admission
+
+
 def test_spinsearch_answers_are_reused_for_a_job_of_the_same_shape_in_the_same_state():
     """Admission asks about the same states again and again: a job of the same shape asked about the
     same free GPUs and load gets the plan SpinSearch gave the first, as its own (its job in the plan,

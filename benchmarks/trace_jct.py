@@ -1,0 +1,97 @@
+"""Avg JCT of SpinSearch (with admission) on simulator_speed.py's 64-cluster traces, per load and seed,
+and the geometric mean of the ratios between two checkouts' runs.
+
+    .venv/bin/python benchmarks/trace_jct.py run DIR --traces 0.9:2,0.5:0 [--jobs 1000]
+    .venv/bin/python benchmarks/trace_jct.py compare BASE_DIR OTHER_DIR
+
+``run`` writes one ``LOAD_SEED.json`` per trace into DIR (summary, CPU time, and each job's start, end
+and segments) for the checkout it is run from (``PYTHONPATH=<worktree>``: compare commits from
+worktrees); avg JCT is deterministic, so the two checkouts can run at once, one per core.
+``compare`` prints, per trace both have, OTHER's avg JCT and throughput over BASE's, then the
+geometric mean of the JCT ratios with a 95% t-interval, their range, and the throughput's mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from headline import T975  # noqa: E402  (two-sided 95% t quantiles)
+from simulator_speed import speed_trace  # noqa: E402
+
+from spiderflow.placement import clear_memos  # noqa: E402
+from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
+from spiderflow.simulate.metrics import summarise  # noqa: E402
+from spiderflow.topology.generate import generate_topology  # noqa: E402
+from spiderflow.traces.planned import PlannedGpuTime  # noqa: E402
+
+
+def run(out: Path, traces: list[tuple[float, int]], jobs: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    topo = generate_topology(64, 0)
+    for load, seed in traces:
+        trace = speed_trace(topo, jobs, seed, load, PlannedGpuTime(topo))
+        clear_memos()
+        cpu0 = time.process_time()
+        records = simulate(topo, trace, SimConfig(planner="spinsearch"))
+        cpu = time.process_time() - cpu0
+        s = summarise(records, topo.total_gpus)
+        rows = [{"job_id": r.job.job_id, "gpus": r.job.gpus, "arrival_s": r.arrival_s, "start_s": r.start_s,
+                 "end_s": r.end_s, "segments": [list(x) for x in r.segments], "admission": r.admission}
+                for r in records]
+        (out / f"{load:g}_{seed}.json").write_text(json.dumps(
+            {"load": load, "seed": seed, "jobs": jobs, "cpu_s": cpu, "summary": s, "records": rows}))
+        print(f"load {load:g} seed {seed}: avg JCT {s['avg_jct_s']:.4g} s, throughput "
+              f"{s['throughput_tokens_per_s']:.4g} tokens/s, {cpu:.1f} s of CPU", flush=True)
+
+
+def compare(base: Path, other: Path) -> None:
+    jct, thr = [], []
+    for f in sorted(base.glob("*.json")):
+        g = other / f.name
+        if not g.exists():
+            continue
+        a, b = json.loads(f.read_text()), json.loads(g.read_text())
+        r = b["summary"]["avg_jct_s"] / a["summary"]["avg_jct_s"]
+        t = b["summary"]["throughput_tokens_per_s"] / a["summary"]["throughput_tokens_per_s"]
+        jct.append(math.log(r))
+        thr.append(math.log(t))
+        print(f"load {a['load']:g} seed {a['seed']}: base avg JCT {a['summary']['avg_jct_s']:.4g} s; "
+              f"JCT x{r:.3f}, throughput x{t:.3f}")
+    if len(jct) < 2:
+        raise SystemExit("compare: fewer than two traces in both directories")
+    m, h = statistics.fmean(jct), T975[min(len(jct) - 1, len(T975)) - 1] * statistics.stdev(jct) / math.sqrt(len(jct))
+    print(f"{len(jct)} traces: avg JCT geometric mean x{math.exp(m):.3f} (95% {math.exp(m - h):.3f}-"
+          f"{math.exp(m + h):.3f}), x{math.exp(min(jct)):.3f} to x{math.exp(max(jct)):.3f}; throughput "
+          f"x{math.exp(statistics.fmean(thr)):.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("out", type=Path)
+    r.add_argument("--traces", required=True, help="LOAD:SEED,... e.g. 0.9:2,0.5:0")
+    r.add_argument("--jobs", type=int, default=1000)
+    c = sub.add_parser("compare")
+    c.add_argument("base", type=Path)
+    c.add_argument("other", type=Path)
+    args = ap.parse_args()
+    if args.cmd == "compare":
+        compare(args.base, args.other)
+        return
+    try:
+        traces = [(float(x.split(":")[0]), int(x.split(":")[1])) for x in args.traces.split(",") if x.strip()]
+    except (ValueError, IndexError):
+        raise SystemExit(f"--traces: LOAD:SEED pairs, comma-separated (got {args.traces!r})") from None
+    run(args.out, traces, args.jobs)
+
+
+if __name__ == "__main__":
+    main()
