@@ -432,13 +432,13 @@ class Scheduler:
         run_now = self._run_s(rec, placement, req)
         finish_now = now + run_now
         alone = self._alone_run_s(rec)
-        # an option's cost: its finish, plus its run time's delay to the other queued jobs (module docstring)
-        weight = max(0, self._queued - 1) * rec.job.gpus / self.topo.total_gpus
-        cost_now = finish_now + weight * run_now
         if run_now <= alone:
             rec.admission = (f"started now on {where}: finishes at {finish_now:.6g} s, as soon as it could "
                              "with the whole topology to itself")
             return False
+        # an option's cost: its finish, plus its run time's delay to the other queued jobs (module docstring)
+        weight = max(0, self._queued - 1) * rec.job.gpus / self.topo.total_gpus
+        cost_now = finish_now + weight * run_now
         ends = sorted({r.expected_end_s for r in self.running if r.expected_end_s is not None})
         candidates = ends[:LOOKAHEAD]
         # what it chose to wait for at an earlier decision stays a candidate while those jobs run, though
@@ -455,7 +455,7 @@ class Scheduler:
         best = None
         for t in sorted(candidates):
             t = max(t, now)
-            if t + (1 + weight) * alone >= min(best[4] if best else cost_now, cost_now - WAIT_MARGIN * run_now):
+            if t + (1 + weight) * alone >= min(best[0] if best else cost_now, cost_now - WAIT_MARGIN * run_now):
                 break  # it cannot cost less than that from here on, even with the topology to itself
             gone = self._ending_by(t)
             staying = [r for r in self.running if r.expected_end_s is None or r.expected_end_s > t]  # the rest
@@ -473,10 +473,11 @@ class Scheduler:
                     continue
             run_later = self._run_s(rec, later, later_req)
             cost = t + (1 + weight) * run_later
-            if best is None or cost < best[4]:
-                best = (t + run_later, t, later, [r.job.job_id for r in gone], cost, run_later)
-        if best is not None and best[4] < cost_now - WAIT_MARGIN * run_now:
-            finish, t, later, names, _, run_later = best
+            if best is None or cost < best[0]:
+                best = (cost, t, run_later, later, [r.job.job_id for r in gone])
+        if best is not None and best[0] < cost_now - WAIT_MARGIN * run_now:
+            _, t, run_later, later, names = best
+            finish = t + run_later
             rec.admission = (f"waits for {', '.join(names)} to end (expected at {t:.6g} s): finishes at "
                              f"{finish:.6g} s on {' '.join(f'{c}:{g}' for c, g in later.segments)} vs "
                              f"{finish_now:.6g} s if started now on {where}"
@@ -487,7 +488,7 @@ class Scheduler:
             rec.waits_for = tuple(names)
             return True
         rec.admission = f"started now on {where}: finishes at {finish_now:.6g} s" + (
-            f" (waiting: {best[0]:.6g} s)" if best is not None else "")
+            f" (waiting: {best[1] + best[2]:.6g} s)" if best is not None else "")
         return False
 
     def _delays_a_reservation(self, rec: JobRecord, placement: Placement, req: PlacementRequest,

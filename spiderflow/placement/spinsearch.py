@@ -188,18 +188,26 @@ def _links(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> 
     return dict(zip(((a, b) for a in names for b in names if a != b), figures))
 
 
-@lru_cache(maxsize=20_000)
-def _best_order(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[str, ...]:
-    """:func:`_order` of ``names`` (sorted) given their :func:`_figures`."""
-    link = _links(names, figures)
-
+def _chain_key(link: dict):
+    """A chain's (thinnest boundary, -summed latency) on the pairs' figures in ``link``: larger is better."""
     def key(chain) -> tuple:
         hops = [link[a, b] for a, b in zip(chain, chain[1:])]
         return (min(bw for bw, _ in hops), sum(neg for _, neg in hops))
+    return key
 
+
+def _candidate_orders(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> list[tuple[str, ...]]:
+    """The orders of ``names`` (sorted) that are judged: every one up to reversal for k <=
+    ``EXHAUSTIVE_ORDER`` clusters, the greedy widest-neighbour chains beyond."""
     if len(names) <= EXHAUSTIVE_ORDER:
-        return max((p for p in itertools.permutations(names) if p[0] < p[-1]), key=key)
-    return max(_greedy_chains(names, figures), key=key)
+        return [p for p in itertools.permutations(names) if p[0] < p[-1]]
+    return list(_greedy_chains(names, figures))
+
+
+@lru_cache(maxsize=20_000)
+def _best_order(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[str, ...]:
+    """:func:`_order` of ``names`` (sorted) given their :func:`_figures`."""
+    return max(_candidate_orders(names, figures), key=_chain_key(_links(names, figures)))
 
 
 CROWDED_ORDERS = 16  # uncrowded orders judged crowded, best first
@@ -222,15 +230,9 @@ def _crowded_order(names: list[str], view: TopologyView) -> tuple[str, ...] | No
     names_t = tuple(sorted(names))
     figures = _figures(names_t, view)
     link = _links(names_t, figures)
-
-    def key(chain) -> tuple:
-        hops = [link[a, b] for a, b in zip(chain, chain[1:])]
-        return (min(bw for bw, _ in hops), sum(neg for _, neg in hops))
-
-    if len(names_t) <= EXHAUSTIVE_ORDER:
-        chains = [p for p in itertools.permutations(names_t) if p[0] < p[-1]]
-    else:
-        chains = list(_greedy_chains(names_t, figures))
+    key = _chain_key(link)
+    chains = _candidate_orders(names_t, figures)
+    if len(names_t) > EXHAUSTIVE_ORDER:
         climbed = _climb(max(chains, key=key), key, link)
         if climbed not in chains:
             chains.append(climbed)

@@ -1,15 +1,18 @@
 """SpinSearch on tiny topologies: near the brute-force optimum, deterministic, load-aware."""
 
+import random
 from pathlib import Path
 
 import pytest
 
-from spiderflow.costmodel import predict
+from spiderflow.bench import background, bench_jobs
+from spiderflow.costmodel import estimate, predict
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel.tpa import plan_placement
-from spiderflow.placement import run_planner
-from spiderflow.placement.spinsearch import _greedy_orders, _order, place
+from spiderflow.placement import PlacementRequest, clear_memos, run_planner
+from spiderflow.placement.spinsearch import _crowded_order, _greedy_orders, _order, place
 from spiderflow.topology import load_topology
+from spiderflow.topology.generate import generate_topology
 
 from .conftest import CASES, LINE, brute_force, job, request, topo
 
@@ -132,7 +135,6 @@ def test_after_clear_memos_a_request_is_searched_again_and_answered_alike(monkey
     search. After ``clear_memos`` (what the benchmarks call before a timed, cold run) the same
     request is searched again, and gets the same answer."""
     from spiderflow.parallel import tpa
-    from spiderflow.placement import clear_memos
 
     searches = []
     search = tpa._plan_placement
@@ -154,14 +156,6 @@ def test_the_winning_set_is_ordered_by_its_crowded_boundaries():
     """bench planner's 16-cluster job b1 (gpt3-13b, 128 GPUs, seed 0): the order that maximises the
     thinnest boundary on each pair's own figures puts two boundaries whose routes share a link side
     by side. SpinSearch's plan must beat the best plan TPA finds on that order, by the crowding."""
-    import random
-
-    from spiderflow.bench import background, bench_jobs
-    from spiderflow.costmodel import estimate
-    from spiderflow.placement import PlacementRequest, clear_memos
-    from spiderflow.placement.spinsearch import _crowded_order
-    from spiderflow.topology.generate import generate_topology
-
     t16 = generate_topology(16, 0)
     rng = random.Random(16)
     free, load = background(t16, rng)
