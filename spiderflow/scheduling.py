@@ -209,7 +209,9 @@ class Scheduler:
         self.free_hosts = dict(hosts_per_cluster) if hosts_per_cluster is not None else None
         self.running: list[JobRecord] = []
         self._reservations: list[_Reservation] = []
-        self._queued = 0  # jobs queued at the start of the current pass (schedule)
+        self._pass: list[JobRecord] = []  # the current pass's queue (schedule)
+        self._pass_changed: list[JobRecord] = []  # those whose status it has changed so far
+        self._pass_queued: int | None = None  # how many of them were queued at its start, once asked
         self._strategy = PLANNERS[config.planner] if isinstance(config.planner, str) else config.planner
         self.down: frozenset = frozenset()  # keys of links that are down (set_network)
         self.impaired = False  # links down or GPUs withdrawn: the empty topology is not all there
@@ -249,10 +251,10 @@ class Scheduler:
         it started (the emulator launches it before the next decision), and ``stop`` before each:
         True ends the pass, leaving the rest queued (the simulator stops where its scheduler's
         clock passes the next event)."""
-        changed = []
+        changed = self._pass_changed = []
         self._reservations: list[_Reservation] = []
-        queued = list(queued)
-        self._queued = sum(r.status == "queued" for r in queued)  # admission's weight on run time
+        queued = self._pass = list(queued)
+        self._pass_queued = None  # counted only if admission asks (on a deep queue, 7% of a --no-wait run)
         for rec in queued:
             if rec.status != "queued":
                 continue
@@ -272,6 +274,13 @@ class Scheduler:
             elif not (self.cfg.backfill or waited):
                 break
         return changed
+
+    def _queued_at_pass_start(self) -> int:
+        """Jobs queued when the current pass began: admission's weight on run time. Only the pass
+        changes statuses, and it lists each job it changed, so those are added back."""
+        if self._pass_queued is None:
+            self._pass_queued = sum(r.status == "queued" for r in self._pass) + len(self._pass_changed)
+        return self._pass_queued
 
     def _keeps_waiting(self, rec: JobRecord, now: float) -> bool:
         """A job that chose to wait keeps that decision, unplanned, until what it waits for happens:
@@ -437,7 +446,8 @@ class Scheduler:
                              "with the whole topology to itself")
             return False
         # an option's cost: its finish, plus its run time's delay to the other queued jobs (module docstring)
-        weight = max(0, self._queued - 1) * rec.job.gpus / self.topo.total_gpus
+        others = self._queued_at_pass_start() - 1
+        weight = max(0, others) * rec.job.gpus / self.topo.total_gpus
         cost_now = finish_now + weight * run_now
         ends = sorted({r.expected_end_s for r in self.running if r.expected_end_s is not None})
         candidates = ends[:LOOKAHEAD]
@@ -481,7 +491,7 @@ class Scheduler:
             rec.admission = (f"waits for {', '.join(names)} to end (expected at {t:.6g} s): finishes at "
                              f"{finish:.6g} s on {' '.join(f'{c}:{g}' for c, g in later.segments)} vs "
                              f"{finish_now:.6g} s if started now on {where}"
-                             + (f" (runs {run_later:.6g} s vs {run_now:.6g} s, {self._queued - 1} jobs queued)"
+                             + (f" (runs {run_later:.6g} s vs {run_now:.6g} s, {others} jobs queued)"
                                 if weight and finish >= finish_now else ""))
             rec.reservation = _Reservation(rec.job.job_id, t, dict(later.plan.placement), self.topo)
             self._reservations.append(rec.reservation)
