@@ -358,26 +358,23 @@ def place(req: PlacementRequest) -> Placement:
     if len(cands) <= SMALL_TOPOLOGY:  # tiny graphs: every set of up to 3 clusters, too
         grown_sets += [list(s) for k in (2, 3) for s in itertools.combinations(sorted(cands), k)
                        if sum(req.free_gpus[c] for c in s) >= job.gpus]
-    extra: set[tuple] = set()  # chains only a smallest-first fill gave
 
-    def add(counts: dict[str, int]) -> tuple:
+    def add(counts: dict[str, int]) -> None:
         names = frozenset(counts)  # the order depends on the set alone: once per set and view
         order = view._memo.get(("order", names))
         if order is None:
             order = view._memo[("order", names)] = _order(list(counts), view)
-        key = tuple((c, counts[c]) for c in order)
-        if key not in chains:
-            chains[key] = [(c, counts[c]) for c in order]
-            return key
-        return ()
+        chains.setdefault(tuple((c, counts[c]) for c in order), [(c, counts[c]) for c in order])
 
     for grown in grown_sets:
         for counts in _count_variants(req, grown) if grown else ():
             add(counts)
+    plain_fills = set(chains)
     for grown in grown_sets:
         counts = _smallest_first(req, grown) if grown else {}
-        if counts and (key := add(counts)):
-            extra.add(key)
+        if counts:
+            add(counts)
+    extra = set(chains) - plain_fills  # chains only a smallest-first fill gave
     if not chains:
         raise InfeasiblePlan(f"{job.job_id}: no connected set of clusters has {job.gpus} free GPUs")
     ranked = _distinct(sorted(chains.values(), key=lambda ch: (proxy_time(job, ch, view, req), [c for c, _ in ch])),
@@ -403,12 +400,12 @@ def place(req: PlacementRequest) -> Placement:
     # The TPA_CANDIDATES best of the growth-order and fastest-first fills, and the smallest-first
     # fills ranked among them: those never push one of the others out (ranked by the proxy alone,
     # they did: on a simulated trace a 128-GPU job then got a plan that ran 5% longer than before).
-    finalists, plain = [], 0
+    finalists, n_plain = [], 0
     for chain in ranked:
-        if plain == TPA_CANDIDATES:
+        if n_plain == TPA_CANDIDATES:
             break
         finalists.append(chain)
-        plain += tuple(chain) not in extra
+        n_plain += tuple(chain) not in extra
     if len(ranked[0]) > 1:  # the leader's reverse: which end holds the deeper 1F1B memory matters
         finalists.append(ranked[0][::-1])
     for chain in finalists:
