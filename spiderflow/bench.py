@@ -62,13 +62,21 @@ def bench_jobs(free: dict[str, int], n: int, rng: random.Random) -> list[Job]:
     return jobs
 
 
-def run_size(n_clusters: int, n_jobs: int, seed: int, planners: list[str], *, time_limit_s: float,
-             progress=None) -> list[Row]:
+def bench_case(n_clusters: int, n_jobs: int, seed: int) -> tuple[Topology, dict[str, int],
+                                                                 dict[tuple[str, str], float], list[Job]]:
+    """One size of the benchmark: its topology, the GPUs left free and the link load by the
+    background, and its jobs (each planned alone on that state)."""
     topo = generate_topology(n_clusters, seed)
     rng = random.Random(seed * 1000 + n_clusters)
     free, load = background(topo, rng)
+    return topo, free, load, bench_jobs(free, n_jobs, rng)
+
+
+def run_size(n_clusters: int, n_jobs: int, seed: int, planners: list[str], *, time_limit_s: float,
+             progress=None) -> list[Row]:
+    topo, free, load, jobs = bench_case(n_clusters, n_jobs, seed)
     rows = []
-    for job in bench_jobs(free, n_jobs, rng):
+    for job in jobs:
         for name in planners:
             req = PlacementRequest(job=job, topology=topo, free_gpus=free, link_load=load, seed=seed,
                                    time_limit_s=time_limit_s)

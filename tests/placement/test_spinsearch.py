@@ -1,11 +1,10 @@
 """SpinSearch on tiny topologies: near the brute-force optimum, deterministic, load-aware."""
 
-import random
 from pathlib import Path
 
 import pytest
 
-from spiderflow.bench import background, bench_jobs
+from spiderflow.bench import bench_case
 from spiderflow.costmodel import estimate, predict
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel.tpa import plan_placement
@@ -13,7 +12,6 @@ from spiderflow.placement import PlacementRequest, clear_memos, run_planner
 from spiderflow.placement import spinsearch
 from spiderflow.placement.spinsearch import _crowded_order, _greedy_orders, _order, place
 from spiderflow.topology import load_topology
-from spiderflow.topology.generate import generate_topology
 
 from .conftest import CASES, LINE, brute_force, job, request, topo
 
@@ -153,16 +151,18 @@ def test_after_clear_memos_a_request_is_searched_again_and_answered_alike(monkey
     assert (first.segments, first.plan) == (again.segments, again.plan) == (fresh.segments, fresh.plan)
 
 
+def _bench_request(clusters: int, index: int) -> PlacementRequest:
+    """``bench planner``'s job ``b<index>`` on its ``clusters``-cluster topology (seed 0), memos cleared."""
+    topology, free, load, jobs = bench_case(clusters, index + 1, 0)
+    clear_memos()
+    return PlacementRequest(job=jobs[index], topology=topology, free_gpus=free, link_load=load)
+
+
 def test_the_winning_set_is_ordered_by_its_crowded_boundaries():
     """bench planner's 16-cluster job b1 (gpt3-13b, 128 GPUs, seed 0): the order that maximises the
     thinnest boundary on each pair's own figures puts two boundaries whose routes share a link side
     by side. SpinSearch's plan must beat the best plan TPA finds on that order, by the crowding."""
-    t16 = generate_topology(16, 0)
-    rng = random.Random(16)
-    free, load = background(t16, rng)
-    b1 = bench_jobs(free, 2, rng)[1]
-    clear_memos()
-    req = PlacementRequest(job=b1, topology=t16, free_gpus=free, link_load=load)
+    req = _bench_request(16, 1)
     got = place(req)
     view = req.topology_view()
     names = [c for c, _ in got.segments]
@@ -170,18 +170,8 @@ def test_the_winning_set_is_ordered_by_its_crowded_boundaries():
     assert tuple(names) in (_crowded_order(names, view), _crowded_order(names, view)[::-1])
     plain = _order(names, view)
     assert plain != names and plain != names[::-1]
-    old = plan_placement(b1, [(c, counts[c]) for c in plain], view, intra_ilp=False)
+    old = plan_placement(req.job, [(c, counts[c]) for c in plain], view, intra_ilp=False)
     assert estimate(got.plan, view) < 0.8 * estimate(old, view)
-
-
-def _bench_request(clusters: int, index: int) -> PlacementRequest:
-    """``bench planner``'s job ``b<index>`` on its ``clusters``-cluster topology (seed 0)."""
-    topology = generate_topology(clusters, 0)
-    rng = random.Random(clusters)
-    free, load = background(topology, rng)
-    clear_memos()
-    return PlacementRequest(job=bench_jobs(free, index + 1, rng)[index], topology=topology, free_gpus=free,
-                            link_load=load)
 
 
 def test_a_grown_set_is_also_filled_smallest_clusters_first(monkeypatch):
