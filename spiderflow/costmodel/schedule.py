@@ -15,24 +15,36 @@ phase first); inter-cluster phases of stages on the same ring of clusters
 queue on that ring, in the order the stages become ready. The iteration ends
 when the last sync ends. Cost: O(S * m).
 
-Fast: ``(m - 1) * period + sum_i(F_i + B_i) + 2 * sum(p2p) + exposed sync``.
-The steady-state ``period`` per micro-batch is the larger of the busiest
-resource (a stage's ``F_i + B_i`` or one boundary's ``n / beta``) and 1F1B's
-in-flight limit: stage i holds at most ``S - i`` micro-batches, so stages
-i..j hold at most ``j - i + 1`` between them, and each must make the round
-trip ``RT_ij`` (compute of stages i..j and the transfers between them, both
-ways) before its slot frees: ``period >= RT_ij / min(j - i + 1, m)``. Across a
-thin WAN boundary that window of 2 micro-batches, not the link's bandwidth,
-sets the pace. O(S^2). Exact for uniform
-stages without communication; an estimate otherwise (tests bound the gap).
+Fast: stage i starts its first backward at ``b_i``, then runs one backward a
+``period`` while it still has forwards to run, then (its cool-down, no
+forwards left) as fast as its own backward and the link bringing its
+gradients allow, and it ends its last backward then, or when the last gradient
+from stage i+1 lets it, if later; then its sync. The steady-state ``period``
+per micro-batch is the larger of the busiest resource (a stage's ``F_i + B_i``
+or one boundary's ``n / beta``) and 1F1B's in-flight limit: stage i holds at
+most ``S - i`` micro-batches, so stages i..j hold at most ``j - i + 1`` between
+them, and each must make the round trip ``RT_ij`` (compute of stages i..j and
+the transfers between them, both ways) before its slot frees: ``period >= RT_ij
+/ min(j - i + 1, m)``. Across a thin WAN boundary that window of 2
+micro-batches, not the link's bandwidth, sets the pace. ``b_i`` is exact
+(:func:`first_backwards`): a stage runs ``w_i = min(S - 1 - i, m - 1)``
+warm-up forwards and one more before its first backward, and ahead of a thin
+boundary those forwards cross the link one after another (a 16-stage plan
+whose boundary 3-4 takes 2.76 s a transfer: stage 4 starts its first backward
+at 32.3 s, once 12 forwards crossed; an estimate that counted only micro-batch
+0's own round trip was 13% under the exact schedule). Stages past a thin
+boundary end early, and their syncs start then. O(S^2). Exact for uniform
+stages without communication; an estimate otherwise
+(benchmarks/results/estimate_gap.md; tests bound the gap).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import truediv
+from operator import add, sub, truediv
 
 from spiderflow.costmodel.stages import StageCost
 
@@ -157,26 +169,88 @@ def sync_ends(costs: list[StageCost], ready: list[float]) -> list[float]:
     return ends
 
 
-def estimate_1f1b(costs: list[StageCost], micro_batches: int) -> float:
-    m = micro_batches
-    work = [c.forward_s + c.backward_s for c in costs]
-    S = len(costs)
-    period = max(max(w, c.send_forward_s - c.send_forward_latency_s, c.send_backward_s - c.send_backward_latency_s)
-                 for w, c in zip(work, costs))
+def first_backwards(costs: list[StageCost], micro_batches: int) -> list[float]:
+    """When each stage starts its first backward in the exact 1F1B schedule, in O(S).
+
+    Stage j runs forwards 0..w_j (``w_j = min(S - 1 - j, m - 1)``) and then B(0), which also needs
+    the gradient from stage j+1. Every stage before j runs more warm-up forwards than j, so those
+    forwards pass through it before it waits for a gradient: they flow through stages and
+    boundaries as through deterministic servers in tandem, all waiting at the start, and forward
+    k leaves stage j at ``sum(F up to j) + sum(sends before j) + k * max(F up to j, n / beta of
+    the boundaries before j)`` (a link's latency delays each transfer but does not hold the link).
+    """
+    return _first_backwards([c.forward_s for c in costs], [c.backward_s for c in costs],
+                            [c.send_forward_s for c in costs], [c.send_forward_latency_s for c in costs],
+                            [c.send_backward_s for c in costs], micro_batches)
+
+
+def _first_backwards(fwd: Sequence[float], bwd: Sequence[float], send_f: Sequence[float],
+                     lat_f: Sequence[float], send_b: Sequence[float], m: int) -> list[float]:
+    S = len(fwd)
+    first = [0.0] * S
+    arrive = slowest = 0.0  # when forward 0 reaches stage j; the slowest server before it so far
+    for j in range(S):
+        f = fwd[j]
+        if f > slowest:
+            slowest = f
+        first[j] = arrive + f + min(S - 1 - j, m - 1) * slowest  # end of its last warm-up forward
+        arrive += f + send_f[j]
+        if send_f[j] - lat_f[j] > slowest:
+            slowest = send_f[j] - lat_f[j]
+    for j in range(S - 2, -1, -1):
+        first[j] = max(first[j], first[j + 1] + bwd[j + 1] + send_b[j + 1])
+    return first
+
+
+def last_backwards(fwd: Sequence[float], bwd: Sequence[float], send_f: Sequence[float], lat_f: Sequence[float],
+                   send_b: Sequence[float], lat_b: Sequence[float], period: float, m: int) -> list[float]:
+    """When each stage ends its last backward, by the estimate (per stage: forward, backward, send
+    to the next and to the previous stage and their latencies; the steady ``period``). Stage i runs
+    a backward per period from its first (:func:`first_backwards`) until its forwards end; its last
+    ``w_i`` backwards (the cool-down: no forwards left, so no in-flight window) go as fast as it and
+    the link that brings their gradients allow. It ends then, or when the last gradient from stage
+    i+1 reaches it, if later. Non-decreasing in each stage's forward and backward time and in
+    ``period`` (TPA's floors rely on it: :mod:`spiderflow.parallel.bounds`)."""
+    S = len(fwd)
+    ready = _first_backwards(fwd, bwd, send_f, lat_f, send_b, m)
+    later = 0.0
+    for i in range(S - 1, -1, -1):
+        cool = min(S - 1 - i, m - 1)
+        drain = bwd[i]
+        if i + 1 < S and send_b[i + 1] - lat_b[i + 1] > drain:
+            drain = send_b[i + 1] - lat_b[i + 1]
+        steady = (m - 1 - cool) * period + cool * min(drain, period)
+        later = ready[i] = max(ready[i] + steady, later) + bwd[i]
+        later += send_b[i]
+    return ready
+
+
+def steady_period(work: Sequence[float], send_f: Sequence[float], lat_f: Sequence[float],
+                  send_b: Sequence[float], lat_b: Sequence[float], m: int) -> float:
+    """The estimate's steady-state ``period`` per micro-batch (module docstring), in O(S^2)."""
+    S = len(work)
+    period = max(max(work), max(map(sub, send_f, lat_f)), max(map(sub, send_b, lat_b)))
     # RT_ij = sum_{i<=k<=j} (F_k + B_k) + both-way sends between them, summed left to right
-    step = [0.0] + [work[j] + (costs[j - 1].send_forward_s + costs[j].send_backward_s) for j in range(1, S)]
+    step = [0.0] + [work[j] + (send_f[j - 1] + send_b[j]) for j in range(1, S)]
     for i in range(S):
         round_trips = itertools.accumulate(step[i + 1:], initial=work[i])
         if m >= S - i:
             period = max(period, max(map(truediv, round_trips, range(1, S - i + 1))))
         else:
             period = max(period, max(rt / min(k, m) for k, rt in enumerate(round_trips, 1)))
-    p2p = sum(c.send_forward_s for c in costs)
-    pipeline = (m - 1) * period + sum(work) + 2 * p2p
-    # Stage i is ready to sync when the cool-down reaches it: the stages before it still
-    # have their last backward to run.
-    ready = [pipeline - before for before in itertools.accumulate((c.backward_s for c in costs[:-1]), initial=0)]
-    return max([pipeline, *sync_ends(costs, ready)])
+    return period
+
+
+def estimate_1f1b(costs: list[StageCost], micro_batches: int) -> float:
+    m = micro_batches
+    fwd, bwd, send_f, lat_f, send_b, lat_b = zip(*[(c.forward_s, c.backward_s, c.send_forward_s,
+                                                    c.send_forward_latency_s, c.send_backward_s,
+                                                    c.send_backward_latency_s) for c in costs])
+    period = steady_period(list(map(add, fwd, bwd)), send_f, lat_f, send_b, lat_b, m)
+    # each stage is ready to sync when its last backward ends: stages past a thin boundary end
+    # early (the link paces the stages before it), and their syncs start then
+    ready = last_backwards(fwd, bwd, send_f, lat_f, send_b, lat_b, period, m)
+    return max([ready[0], *sync_ends(costs, ready)])
 
 
 def floor_1f1b(costs: list[StageCost], micro_batches: int) -> float:

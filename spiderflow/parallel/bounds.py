@@ -21,26 +21,32 @@ make that search cheaper while keeping its result identical:
   at once, and a split that cannot beat the best found is never bounded.
 
 Why the bound is a floor under ``estimate`` (:mod:`spiderflow.costmodel.schedule`):
-``estimate = max(pipeline, sync ends)`` per distinct replica, with
-``pipeline = (m - 1) * period + sum(work) + 2 * sum(p2p)``. The bound uses each
-stage's work without recomputation unless told the plan recomputes
-(recomputation only adds a forward; ZeRO-1 changes memory, not time), the
-exact p2p (over the hops the plan's own transfers crowd, as estimate prices
-them) and sync times (they do not depend on the memory levers), and for
-``period`` only the single-stage and adjacent-pair terms of estimate's maximum.
-Each term is at most estimate's, and estimate is non-decreasing in every one of
-them; a stage's sync-ready time ``pipeline - sum(backward before it)`` is too,
-since ``pipeline`` grows by at least the sum of all stages' extra work. A ring's
-inter-cluster phases run one after the other, so its last one ends no earlier
-than the earliest start plus their sum. Cost: O(S) per candidate, against
-``estimate``'s O(S^2) plus the plan and work items it builds.
+``estimate = max(last backward of stage 0, sync ends)`` per distinct replica,
+each stage's sync starting when its last backward ends
+(:func:`~spiderflow.costmodel.schedule.last_backwards`, non-decreasing in each
+stage's forward and backward time and in the steady period). The layer split's
+floor (:class:`ShapeBound`) uses each stage's work without recomputation unless
+told the plan recomputes (recomputation only adds a forward; ZeRO-1 changes
+memory, not time), the exact p2p (over the hops the plan's own transfers crowd,
+as estimate prices them) and sync times (they do not depend on the memory
+levers). First in O(S): the period from single stages and adjacent pairs, and
+no stage ending before the last stage's last backward plus the last gradient's
+way back up to it; then estimate's own stage ends on estimate's own period
+(every window of stages, one array per replica evaluated for each
+micro-batching at once). Each term is at most estimate's. A ring runs its
+inter-cluster phases one at a time, so its last one ends no earlier than any
+phase's start plus the phases that start no earlier.
 
 How tight it is decides how many candidates TPA fits and estimates. Without the
 crowded hops it was 1.2-2.4x under the estimate of 512-GPU plans near the best
 on the 64-cluster topology (long chains route through each other), and every
 one of those was estimated; with them and the recomputation term, the
-estimates of those plans equal their floors (all windows of stages instead of
-adjacent pairs were tried too: O(S^2), and slower overall).
+estimates of those plans equal their floors. Since the estimate counts the
+warm-up forwards queued on thin links, the floor follows each stage's end as
+estimate computes it, and all of estimate's windows: with the adjacent pairs
+alone its median on the deep plans TPA estimated was 0.89 of their estimates
+(1,000 jobs of the 64-cluster trace), and TPA estimated three times as many;
+the windows in a Python loop made the bound 13% of a simulator run.
 """
 
 from __future__ import annotations
@@ -49,9 +55,13 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from spiderflow.costmodel.memory import GB, USABLE_FRACTION
 from spiderflow.costmodel.network import Channel, Crowded, TopologyView
+from spiderflow.costmodel.schedule import last_backwards
 from spiderflow.costmodel.stages import ring_allreduce_s, wan_sync_s
 from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.parallel.shapes import Shape
@@ -157,6 +167,52 @@ class _Replica:
         peak = max(max(w, f[1], k[1]) for w, f, k in zip(work, send_f, send_b))
         return cls(work, bwd, fwd, send_f, send_b, sync_s, wan, peak)
 
+    @cached_property
+    def windows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every window of two or more stages i..j as (alphas, seconds per sequence, stages): its
+        round trip with micro-batches of b sequences is ``alphas + b * seconds`` (the stages' work
+        and the sends between them both ways), as estimate's ``steady_period`` sums it (here by
+        differences of prefix sums: the same within ``SAFETY``)."""
+        S = len(self.work)
+        work = np.array(self.work)
+        (a_f, t_f), (a_b, t_b) = np.array(self.send_f).T, np.array(self.send_b).T
+        # crossing into stage j (j >= 1): the send j-1 -> j and the gradient j -> j-1, and stage j's work
+        alphas = np.concatenate(([0.0], np.cumsum(a_f[:-1] + a_b[1:])))
+        seconds = np.concatenate(([0.0], np.cumsum(work[1:] + t_f[:-1] + t_b[1:])))
+        i, j = np.triu_indices(S, k=1)
+        return alphas[j] - alphas[i], work[i] + seconds[j] - seconds[i], (j - i + 1).astype(float)
+
+    @cached_property
+    def _scaled(self) -> dict:
+        return {}
+
+    def scaled(self, b: int) -> tuple[list[float], ...]:
+        """Per stage with micro-batches of ``b`` sequences: forward, backward, send to the next,
+        its latency, send to the previous, its latency (memoised per ``b``)."""
+        hit = self._scaled.get(b)
+        if hit is None:
+            hit = self._scaled[b] = ([b * f for f in self.fwd], [b * w for w in self.bwd],
+                                     [a + b * t for a, t in self.send_f], [a for a, _ in self.send_f],
+                                     [a + b * t for a, t in self.send_b], [a for a, _ in self.send_b])
+        return hit
+
+    def period(self, b: int, m: int, every_window: bool) -> float:
+        """Estimate's steady period of this replica with micro-batches of ``b``, ``m`` of them, or
+        (``every_window`` False) the part of it from single stages and adjacent pairs, in O(S)."""
+        period = b * self.peak  # = max over stages of b*work, b*send time either way (b > 0: the same float)
+        if m < 2:
+            return period
+        if every_window:
+            alphas, seconds, stages = self.windows
+            if len(stages):
+                period = max(period, float(np.max((alphas + b * seconds) / np.minimum(stages, m))))
+            return period
+        _, _, sf, _, sb, _ = self.scaled(b)
+        work = self.work
+        for j in range(len(work) - 1):  # estimate's window over stages j..j+1
+            period = max(period, (b * work[j] + b * work[j + 1] + sf[j] + sb[j + 1]) / 2)
+        return period
+
     def recomputing(self) -> "_Replica":
         """The same replica with full recomputation: every backward runs its forward again."""
         return _Replica.of(tuple(w + f for w, f in zip(self.work, self.fwd)),
@@ -232,7 +288,7 @@ class ShapeBound:
         nbytes = group if a == b else dp * group
         return chan.alpha_s, nbytes / chan.bytes_per_s
 
-    def bound(self, b: int, m: int, recompute: bool = False) -> float:
+    def bound(self, b: int, m: int, recompute: bool = False, every_window: bool = False) -> float:
         """A floor under ``estimate`` of this shape's plan with micro-batches of ``b``, ``m`` of them
         (with full recomputation: each backward also runs its forward again, as ``estimate`` prices it)."""
         if recompute:
@@ -241,32 +297,40 @@ class ShapeBound:
             replicas = self._recomputing
         else:
             replicas = self.replicas
-        return max(self._replica_bound(r, b, m) for r in replicas) * (1 - SAFETY)
+        return max(self._replica_bound(r, b, m, every_window) for r in replicas) * (1 - SAFETY)
 
     @staticmethod
-    def _replica_bound(r: _Replica, b: int, m: int) -> float:
-        work = [b * w for w in r.work]
-        sf = [a + b * t for a, t in r.send_f]
-        sb = [a + b * t for a, t in r.send_b]
-        period = b * r.peak  # = max over stages of b*work, b*send time either way (b > 0: the same float)
-        if m >= 2:
-            for j in range(len(work) - 1):  # estimate's window over stages j..j+1
-                period = max(period, (work[j] + work[j + 1] + sf[j] + sb[j + 1]) / 2)
-        pipeline = (m - 1) * period + sum(work) + 2 * sum(sf)
-        best = pipeline
-        ring_start: dict[tuple[str, ...], float] = {}
-        ring_sum: dict[tuple[str, ...], float] = {}
-        before = 0.0
-        for i, (w_bwd, sync, (wan, ring)) in enumerate(zip(r.bwd, r.sync_s, r.wan)):
-            t = pipeline - before + sync
-            before += b * w_bwd
+    def _replica_bound(r: _Replica, b: int, m: int, every_window: bool) -> float:
+        fwd, bwd, sf, _, sb, _ = scaled = r.scaled(b)
+        if every_window:
+            # estimate's own stage ends on its own period (work without recomputation unless the
+            # plan recomputes: at most estimate's, which only grow with the work)
+            ready = last_backwards(*scaled, r.period(b, m, True), m)
+        else:
+            # O(S): no stage ends before the last stage's, (m - 1) periods after micro-batch 0 went
+            # down the pipeline, and the last gradient's way back up to it
+            S = len(fwd)
+            ready = [0.0] * S
+            later = (m - 1) * r.period(b, m, False) + sum(fwd) + sum(sf)
+            for i in range(S - 1, -1, -1):
+                ready[i] = later = later + bwd[i]
+                later += sb[i]
+        best = ready[0]
+        rings: dict[tuple[str, ...], list[tuple[float, float]]] = {}
+        for t, sync, (wan, ring) in zip(ready, r.sync_s, r.wan):
+            t += sync
             if wan > 0:
-                ring_start[ring] = min(ring_start.get(ring, t), t)
-                ring_sum[ring] = ring_sum.get(ring, 0.0) + wan
+                rings.setdefault(ring, []).append((t, wan))
             elif t > best:
                 best = t
-        for ring, start in ring_start.items():
-            best = max(best, start + ring_sum[ring])
+        # A ring runs its inter-cluster phases one at a time, each once its stage is ready: in any
+        # order the last ends no earlier than any phase's start plus the phases that cannot start
+        # before it (the best order's end, which only grows with the ready times).
+        for phases in rings.values():
+            after = 0.0
+            for t, wan in sorted(phases, reverse=True):
+                after += wan
+                best = max(best, t + after)
         return best
 
 
@@ -325,8 +389,8 @@ class QuickBound:
     """A coarser floor under ``estimate`` from the shape alone, before any layer split: the layer
     split that minimises the compute terms, the exact p2p, and each ring's inter-cluster syncs
     (the whole model's gradient where one ring serves every stage, a layer per stage otherwise),
-    which start no earlier than the last stage's sync-ready time ``pipeline - sum(backward of
-    the stages before it)`` >= ``(m - 1) * period + 2 * sum(p2p)``. O(segments x replicas)."""
+    which start no earlier than a stage's sync-ready time >= ``(m - 1) * period + sum(forward
+    sends)``. O(segments x replicas)."""
 
     def __init__(self, job: Job, shape: Shape, view: TopologyView) -> None:
         spec, s = job.spec, job.seq_len
@@ -334,7 +398,7 @@ class QuickBound:
         group = spec.boundary_bytes(1, s)
         L = spec.layers
         channel = _channels(shape, view)
-        self.replicas: list[tuple[float, float, float, float, float]] = []
+        self.replicas: list[tuple] = []
         seen: set = set()
         for rep in shape.replicas:
             if rep in seen:
@@ -375,7 +439,8 @@ class QuickBound:
             depth = sum(pp for _, _, pp in rep)
             # the window over every stage: all compute and every transfer both ways, / min(S, m)
             windows.append((alpha_sum + back_alpha, work + bytes_sum + back_bytes, depth))
-            self.replicas.append((work, L / inverse, widest, alpha_sum, bytes_sum, tuple(windows)))
+            self.replicas.append((work, L / inverse, widest, alpha_sum, bytes_sum, back_alpha, back_bytes,
+                                  tuple(windows)))
         self.ring_s = self._rings(job, shape, view) if len(shape.replicas) > 1 else 0.0
 
     @staticmethod
@@ -414,11 +479,11 @@ class QuickBound:
 
     def bound(self, b: int, m: int) -> float:
         best = 0.0
-        for work, busiest, widest, alpha_sum, bytes_sum, windows in self.replicas:
+        for work, busiest, widest, alpha_sum, bytes_sum, back_alpha, back_bytes, windows in self.replicas:
             period = b * max(busiest, widest)
             if m >= 2:
                 for alpha, slope, stages in windows:
                     period = max(period, (alpha + b * slope) / min(stages, m))
-            fill = (m - 1) * period + 2 * (alpha_sum + b * bytes_sum)
-            best = max(best, fill + b * work, fill + self.ring_s)
+            fill = (m - 1) * period + alpha_sum + b * bytes_sum
+            best = max(best, fill + back_alpha + b * back_bytes + b * work, fill + self.ring_s)
         return best * (1 - SAFETY)

@@ -218,8 +218,8 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
     # first: once the floor passes the k-th best estimate found, no later candidate can enter the
     # best k (the floors are admissible: :mod:`spiderflow.parallel.bounds`). A candidate starts with
     # its split's floor (one per number of replicas, before any shape is bounded), is put back with
-    # its shape's quick floor, then with the tighter one of its layer split, before it is fitted
-    # and estimated. The enumeration index breaks ties, so the finalists are exactly those of
+    # its shape's quick floor, then with the tighter ones of its layer split (the steady period from
+    # adjacent stages, then from every window of stages), before it is fitted and estimated. The enumeration index breaks ties, so the finalists are exactly those of
     # scoring every candidate.
     floors = split_floors(job, segments, view)
     if beat < math.inf and min(floors.values()) >= beat:
@@ -254,14 +254,15 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
             counts = split_layers(job.spec.layers, _stage_speeds(shape, view))
             splits[shape] = counts, ShapeBound(job, shape, counts, view)
         counts, floor = splits[shape]
-        if level == 1:
-            heapq.heappush(heap, (max(bound, floor.bound(b, m)), index, 2, shape, b, m))
+        if level < 3:  # its split's floor with the adjacent windows of stages, then with every window
+            heapq.heappush(heap, (max(bound, floor.bound(b, m, every_window=level == 2)), index, level + 1,
+                                  shape, b, m))
             continue
         plan = _fit(job, shape, b, m, view, counts)
         if plan is None:
             continue
         if plan.recompute:  # its backward runs the forward again: a higher floor may settle it unscored
-            floor_r = floor.bound(b, m, recompute=True)
+            floor_r = floor.bound(b, m, recompute=True, every_window=True)
             if floor_r >= beat:
                 cut = True
                 continue

@@ -29,7 +29,7 @@ share and the load running jobs put on each link (``req.topology_view()``).
    bytes / effective bandwidth plus per-micro-batch latency -- and pipeline
    replicas with a hierarchical gradient all-reduce over the ring), and TPA
    plans the ``TPA_CANDIDATES`` best and the leader reversed (ranking its shapes by the closed-form
-   estimate, within 2% of the exact schedule), the estimate picks the winner,
+   estimate, within 2% of the exact schedule on nearly every plan), the estimate picks the winner,
    and TPA's intra-cluster ILP refines its clusters (kept if the exact
    schedule finds it faster). After the first finalist, TPA is only asked
    for a plan that beats the best estimate so far, so it skips every shape
@@ -49,11 +49,10 @@ share and the load running jobs put on each link (``req.topology_view()``).
    beats the best so far (a 128-GPU gpt3-13b job on 16 generated clusters:
    46.5 s an iteration instead of 89.4 s, ``ilp-topo``'s proven optimum).
 7. **Near ties.** The closed-form estimate that ranks plans can misjudge
-   two close ones (a 176-GPU gpt3-1.3b job on 8 generated clusters: it put
-   ``ilp-topo``'s proven optimum 0.3% behind a plan whose exact schedule is
-   2.9% slower). The plans steps 4-6 found on the way to the best one, each
-   the best so far when found, are near ties when their estimates are within
-   ``NEAR`` of the best. When the best plan's schedule is small enough to
+   two close ones (a 128-GPU gpt3-1.3b job on 32 generated clusters: it put
+   a plan 0.1% behind one whose exact schedule is 2.4% slower). The plans
+   steps 4-6 found on the way to the best one, each the best so far when
+   found, are near ties when their estimates are within ``NEAR`` of the best. When the best plan's schedule is small enough to
    simulate cheaply (stages x micro-batches <= ``NEAR_CHECK_WORK``) each near
    tie is finalised and simulated too, unless its schedule's floor already
    rules it out, and the fastest exact schedule wins. (Asking TPA for every

@@ -151,9 +151,9 @@ def test_after_clear_memos_a_request_is_searched_again_and_answered_alike(monkey
     assert (first.segments, first.plan) == (again.segments, again.plan) == (fresh.segments, fresh.plan)
 
 
-def _bench_request(clusters: int, index: int) -> PlacementRequest:
-    """``bench planner``'s job ``b<index>`` on its ``clusters``-cluster topology (seed 0), memos cleared."""
-    topology, free, load, jobs = bench_case(clusters, index + 1, 0)
+def _bench_request(clusters: int, index: int, seed: int = 0) -> PlacementRequest:
+    """``bench planner``'s job ``b<index>`` on its ``clusters``-cluster topology, memos cleared."""
+    topology, free, load, jobs = bench_case(clusters, index + 1, seed)
     clear_memos()
     return PlacementRequest(job=jobs[index], topology=topology, free_gpus=free, link_load=load)
 
@@ -189,14 +189,16 @@ def test_a_grown_set_is_also_filled_smallest_clusters_first(monkeypatch):
 
 
 def test_near_ties_are_judged_on_the_exact_schedule(monkeypatch):
-    """bench planner's 8-cluster job b1 (gpt3-1.3b, 176 GPUs): the closed-form estimate ranks the plan
-    that `ilp-topo` proves optimal 0.3% behind another whose exact schedule is 2.9% slower. SpinSearch
-    simulates the plans within NEAR of the best estimate and keeps the fastest."""
-    req = _bench_request(8, 1)
+    """bench planner's 32-cluster job b4 at seed 1 (gpt3-1.3b, 128 GPUs): the closed-form estimate ranks
+    a plan 0.1% behind another whose exact schedule is 2.4% slower (18.51 s against 18.95 s an
+    iteration). SpinSearch simulates the plans within NEAR of the best estimate and keeps the fastest.
+    (The case this step was made for, the 8-cluster job b1 at seed 0, the estimate ranks rightly
+    since it prices the warm-up forwards that queue on a thin link.)"""
+    req = _bench_request(32, 4, seed=1)
     view = req.topology_view()
     got = place(req).plan
     monkeypatch.setattr(spinsearch, "NEAR", 0.0)
-    req0 = _bench_request(8, 1)
+    req0 = _bench_request(32, 4, seed=1)
     view0 = req0.topology_view()
     by_estimate = place(req0).plan
     assert estimate(got, view) > estimate(by_estimate, view0)

@@ -9,6 +9,7 @@ import pytest
 from spiderflow.costmodel import TopologyView, estimate, predict
 from spiderflow.parallel.tpa import plan_placement
 from spiderflow.topology import load_topology
+from spiderflow.topology.generate import generate_topology
 from spiderflow.workload import Job
 
 from .conftest import REPO
@@ -92,8 +93,29 @@ def test_fast_estimate_stays_close_to_exact_schedule():
                 exact = predict(plan, view).iteration_s
                 gaps.append(abs(estimate(plan, view) - exact) / exact)
     assert len(gaps) >= 10
-    assert max(gaps) < 0.05, sorted(gaps)[-3:]  # measured: 2.0% worst over 35 plans
+    assert max(gaps) < 0.02, sorted(gaps)[-3:]  # measured: 0.9% worst over 35 plans (1.3% before the warm-up term)
     assert sorted(gaps)[len(gaps) // 2] < 0.01
+
+
+def test_fast_estimate_stays_close_to_exact_schedule_across_thin_loaded_links():
+    """Chains of the generated 64-cluster topology whose WAN boundaries are thin, with 0, 1 and 3 other
+    flows on every link: TPA's plans there run deep pipelines whose warm-up forwards queue on the thin
+    links. The estimate that left that queueing out was up to 5.0% off on TPA's plans here (and 13%
+    under on plans of a simulated 64-cluster trace); measured now: 1.8% worst."""
+    topo = generate_topology(64, 0)
+    gaps = []
+    for chain in ([("c004", 8), ("c020", 8), ("c026", 8), ("c062", 8)], [("c040", 24), ("c039", 8), ("c047", 32)]):
+        for flows in (0, 1, 3):
+            load = {link.key: float(flows) for link in topo.links} if flows else {}
+            view = TopologyView(topology=topo, link_load=load)
+            for model in ("llama2-7b", "gpt3-2.7b", "gpt3-1.3b"):
+                job = Job(job_id="t", arrival_s=0, model=model, gpus=sum(g for _, g in chain), iterations=1,
+                          global_batch=512, seq_len=2048)
+                plan = plan_placement(job, chain, view, intra_ilp=False)
+                exact = predict(plan, view).iteration_s
+                gaps.append(abs(estimate(plan, view) - exact) / exact)
+    assert len(gaps) == 18
+    assert max(gaps) < 0.02, sorted(gaps)[-3:]
 
 
 def test_plan_json_stdout_stays_json_when_an_ilp_solves():

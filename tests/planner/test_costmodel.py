@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from spiderflow.costmodel import AlphaBeta, Calibration, TopologyView, load_calibration, predict
 from spiderflow.costmodel.memory import GB, stage_memory
 from spiderflow.costmodel.network import Channel
-from spiderflow.costmodel.schedule import simulate_1f1b, estimate_1f1b, one_f_one_b_order
+from spiderflow.costmodel.schedule import estimate_1f1b, first_backwards, one_f_one_b_order, simulate_1f1b
 from spiderflow.costmodel.stages import StageCost, ring_allreduce_s
 from spiderflow.errors import ConfigError
 from spiderflow.plan import Plan, Stage
@@ -84,6 +84,40 @@ def test_1f1b_uniform_no_comm_is_closed_form():
     tl = simulate_1f1b(costs, 8)
     assert tl.iteration_s == pytest.approx((8 + 4 - 1) * 3.0)  # (m + S - 1)(F + B)
     assert estimate_1f1b(costs, 8) == pytest.approx(33.0)
+
+
+_stage = st.tuples(st.floats(0.01, 2.0), st.floats(1.0, 3.0),  # F, B / F
+                   st.sampled_from((0.0, 0.05, 3.0)), st.floats(0.0, 1.0),  # forward send, its latency share
+                   st.sampled_from((0.0, 0.05, 3.0)), st.floats(0.0, 1.0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_stage, min_size=1, max_size=10), st.integers(1, 20))
+def test_first_backwards_are_the_exact_schedules(stages, m):
+    """The O(S) start of each stage's first backward equals the exact schedule's, whatever the stage
+    times, transfer times and latencies (the warm-up forwards queue on each link as in tandem servers)."""
+    S = len(stages)
+    costs = [StageCost(f, f * r, sf if i < S - 1 else 0.0, sb if i > 0 else 0.0, 0.0,
+                       send_forward_latency_s=(sf * lf) if i < S - 1 else 0.0,
+                       send_backward_latency_s=(sb * lb) if i > 0 else 0.0)
+             for i, (f, r, sf, lf, sb, lb) in enumerate(stages)]
+    tl = simulate_1f1b(costs, m)
+    exact = [next(start for kind, k, start, _ in ops if (kind, k) == ("B", 0)) for ops in tl.ops]
+    assert first_backwards(costs, m) == pytest.approx(exact, rel=1e-9, abs=1e-12)
+
+
+def test_estimate_counts_the_warm_up_forwards_queued_on_a_thin_link():
+    """16 stages, boundary 3 -> 4 a thin link (2 s a transfer, 50 ms of it latency), m = 64: stage 4
+    starts its first backward only after its 11 warm-up forwards and one more crossed that link one
+    after another (24 s). Without that term the estimate was 154.0 s against the exact 168.1 s; without
+    the cool-down, where stage 3's last 12 backwards wait only for that link, not for the in-flight
+    window, 171.9 s."""
+    costs = [StageCost(0.1, 0.2, 2.0 if i == 3 else (0.01 if i < 15 else 0.0), 2.0 if i == 4 else (0.01 if i else 0.0),
+                       0.0, send_forward_latency_s=0.05 if i == 3 else 0.0,
+                       send_backward_latency_s=0.05 if i == 4 else 0.0) for i in range(16)]
+    exact = simulate_1f1b(costs, 64).iteration_s
+    assert first_backwards(costs, 64)[4] == pytest.approx(23.98)
+    assert estimate_1f1b(costs, 64) == pytest.approx(exact, rel=0.005)
 
 
 def test_1f1b_comm_bound_hand_traced():
