@@ -112,9 +112,13 @@ def test_estimate_counts_the_warm_up_forwards_queued_on_a_thin_link():
     after another (24 s). Without that term the estimate was 154.0 s against the exact 168.1 s; without
     the cool-down, where stage 3's last 12 backwards wait only for that link, not for the in-flight
     window, 171.9 s."""
-    costs = [StageCost(0.1, 0.2, 2.0 if i == 3 else (0.01 if i < 15 else 0.0), 2.0 if i == 4 else (0.01 if i else 0.0),
-                       0.0, send_forward_latency_s=0.05 if i == 3 else 0.0,
-                       send_backward_latency_s=0.05 if i == 4 else 0.0) for i in range(16)]
+    def stage(i: int) -> StageCost:
+        send_f = 2.0 if i == 3 else (0.01 if i < 15 else 0.0)
+        send_b = 2.0 if i == 4 else (0.01 if i > 0 else 0.0)
+        return StageCost(0.1, 0.2, send_f, send_b, 0.0, send_forward_latency_s=0.05 if i == 3 else 0.0,
+                         send_backward_latency_s=0.05 if i == 4 else 0.0)
+
+    costs = [stage(i) for i in range(16)]
     exact = simulate_1f1b(costs, 64).iteration_s
     assert first_backwards(costs, 64)[4] == pytest.approx(23.98)
     assert estimate_1f1b(costs, 64) == pytest.approx(exact, rel=0.005)
