@@ -7,7 +7,8 @@ caller knows of the network; see :mod:`spiderflow.costmodel.network`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from spiderflow.costmodel.calibration import (NO_CALIBRATION, AlphaBeta, Calibration,
                                               load_calibration)
@@ -33,11 +34,27 @@ class Prediction:
     memory_gb_per_gpu: float  # the largest stage's need
     memory: tuple[StageMemory, ...]
     timeline: Timeline
-    # bubble_s split by what the busiest stage waits on (from the exact timeline, see _waits):
-    # iteration_s = compute_s + exposed_p2p_s + compute_wait_s + dp_sync_s
-    exposed_p2p_s: float = 0.0  # waiting while a transfer it needs is on a link (or queued for one)
-    compute_wait_s: float = 0.0  # waiting on other stages' compute: pipeline fill, drain, slower stages
-    dp_sync_total_s: float = 0.0  # the longest stage's gradient sync, hidden or not (dp_sync_s is the exposed part)
+    # the slowest replica's stage costs and its busiest stage: what the breakdown below walks
+    costs: tuple[StageCost, ...] = field(default=(), repr=False, compare=False)
+    busiest: int = field(default=0, repr=False, compare=False)
+
+    # bubble_s split by what the busiest stage waits on (from the exact timeline, see _exposed_p2p):
+    # iteration_s = compute_s + exposed_p2p_s + compute_wait_s + dp_sync_s. Computed when first
+    # read: the planner compares plans by iteration_s alone (the walk was a third of a prediction).
+    @cached_property
+    def exposed_p2p_s(self) -> float:
+        """Waiting while a transfer it needs is on a link (or queued for one)."""
+        return min(_exposed_p2p(list(self.costs), self.timeline, self.busiest), self.bubble_s) if self.costs else 0.0
+
+    @property
+    def compute_wait_s(self) -> float:
+        """Waiting on other stages' compute: pipeline fill, drain, slower stages."""
+        return max(self.bubble_s - self.exposed_p2p_s, 0.0)
+
+    @cached_property
+    def dp_sync_total_s(self) -> float:
+        """The longest stage's gradient sync, hidden or not (dp_sync_s is the exposed part)."""
+        return max((op[3] - op[2] for ops in self.timeline.ops for op in ops if op[0] == "S"), default=0.0)
 
     def as_dict(self) -> dict:
         return {"iteration_s": self.iteration_s, "compute_s": self.compute_s, "p2p_s": self.p2p_s,
@@ -88,7 +105,6 @@ def _predict(plan: Plan, view: TopologyView, check_memory: bool) -> Prediction:
     work = [c.forward_s + c.backward_s for c in costs]
     busiest = max(work) * m
     bubble = max(tl.pipeline_s - busiest, 0.0)
-    exposed_p2p = min(_exposed_p2p(costs, tl, work.index(max(work))), bubble)
     return Prediction(
         iteration_s=tl.iteration_s,
         compute_s=busiest,
@@ -98,9 +114,8 @@ def _predict(plan: Plan, view: TopologyView, check_memory: bool) -> Prediction:
         memory_gb_per_gpu=max(s.need_gb for s in mem),
         memory=tuple(mem),
         timeline=tl,
-        exposed_p2p_s=exposed_p2p,
-        compute_wait_s=max(bubble - exposed_p2p, 0.0),
-        dp_sync_total_s=max((op[3] - op[2] for ops in tl.ops for op in ops if op[0] == "S"), default=0.0),
+        costs=tuple(costs),
+        busiest=work.index(max(work)),
     )
 
 
