@@ -135,7 +135,7 @@ def solve_intra(p: IntraProblem) -> IntraSolution | None:
             prob += l[tp][k] * per_layer + extra_t * y[tp] <= tau, f"time_tp{tp}_s{k}"
             prob += l[tp][k] * (mem_per_layer / GB) + (fixed / GB) * y[tp] <= cap / GB, f"memory_tp{tp}_s{k}"
     prob += pulp.lpSum(y.values()) == 1, "one_option"
-    prob.solve(milp_solver())
+    prob.solve(milp_solver(small=True))
     status = pulp.LpStatus[prob.status]
     if status != "Optimal":
         return None
