@@ -55,7 +55,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -143,11 +143,21 @@ def _segment(job: Job, cluster: str, tp: int, view: TopologyView) -> tuple[float
     return hit
 
 
-def _channels(shape: Shape, view: TopologyView) -> Crowded:
+def shape_channels(shape: Shape, view: TopologyView) -> Crowded:
     """Channels between the clusters of one shape's chain as ``estimate`` prices its sends: over
     the hops the plan's own transfers crowd (:func:`~spiderflow.costmodel.work.chains_crowd_of`;
     only the order of each replica's clusters matters, so every shape of a chain shares them)."""
     return view.crowded(chains_crowd_of(tuple(tuple(c for c, _, _ in rep) for rep in shape.replicas), view))
+
+
+@lru_cache(maxsize=256)
+def _windows_of(stages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every window i < j of ``stages`` stages: its first and last stage and its stage count (read-only)."""
+    i, j = np.triu_indices(stages, k=1)
+    count = (j - i + 1).astype(float)
+    for a in (i, j, count):
+        a.setflags(write=False)
+    return i, j, count
 
 
 @dataclass(frozen=True)
@@ -164,7 +174,7 @@ class _Replica:
 
     @classmethod
     def of(cls, work, bwd, fwd, send_f, send_b, sync_s, wan) -> "_Replica":
-        peak = max(max(w, f[1], k[1]) for w, f, k in zip(work, send_f, send_b))
+        peak = max(max(work), max(f[1] for f in send_f), max(k[1] for k in send_b))
         return cls(work, bwd, fwd, send_f, send_b, sync_s, wan, peak)
 
     @cached_property
@@ -179,8 +189,8 @@ class _Replica:
         # crossing into stage j (j >= 1): the send j-1 -> j and the gradient j -> j-1, and stage j's work
         alphas = np.concatenate(([0.0], np.cumsum(a_f[:-1] + a_b[1:])))
         seconds = np.concatenate(([0.0], np.cumsum(work[1:] + t_f[:-1] + t_b[1:])))
-        i, j = np.triu_indices(S, k=1)
-        return alphas[j] - alphas[i], work[i] + seconds[j] - seconds[i], (j - i + 1).astype(float)
+        i, j, stages = _windows_of(S)
+        return alphas[j] - alphas[i], work[i] + seconds[j] - seconds[i], stages
 
     @cached_property
     def _scaled(self) -> dict:
@@ -223,64 +233,66 @@ class _Replica:
 class ShapeBound:
     """Lower bounds on ``estimate`` for one shape and layer split, for any (b, m)."""
 
-    def __init__(self, job: Job, shape: Shape, counts: list[int], view: TopologyView) -> None:
+    def __init__(self, job: Job, shape: Shape, counts: list[int], view: TopologyView,
+                 channel: Crowded | None = None) -> None:
         spec, s = job.spec, job.seq_len
         topo = view.topology
         S = len(counts)
-        # per replica: (cluster, tp) of each stage
+        # per replica: (cluster, tp) of each stage; per stage: its replicas' clusters
         layouts = [[(cluster, tp) for cluster, tp, pp in rep for _ in range(pp)] for rep in shape.replicas]
+        ats = list(zip(*[[cluster for cluster, _ in lay] for lay in layouts]))
         params = [_stage_params(n, i == 0, i == S - 1, spec) for i, n in enumerate(counts)]
         # Gradient syncs, as stage_syncs / intra_sync_s / wan_sync_s price them (they do not depend on
         # b, m or the memory levers): per stage, its replicas' clusters and replica 0's tp.
         # (most stages of a shape repeat another's clusters, tp and parameters: each priced once)
         sync_s, wan = [], []
         syncs: dict[tuple, tuple[float, tuple]] = {}
-        for i in range(S):
-            at = tuple(lay[i][0] for lay in layouts)
-            tp = layouts[0][i][1]
-            key = (at, tp, params[i])
+        for at, (_, tp), n in zip(ats, layouts[0], params):
+            key = (at, tp, n)
             hit = syncs.get(key)
             if hit is None:
                 clusters = tuple(dict.fromkeys(at))
-                nbytes = params[i] / tp * GRAD_BYTES_PER_PARAM
+                nbytes = n / tp * GRAD_BYTES_PER_PARAM
                 intra = 0.0
                 for c in clusters:
                     g = shape.dp * at.count(c)
                     spans = g * tp > topo.cluster(c).gpus_per_node
                     intra = max(intra, ring_allreduce_s(nbytes, g, view.intra(c, spans_nodes=spans)))
-                hit = syncs[key] = (intra, (wan_sync_s(float(params[i] * GRAD_BYTES_PER_PARAM), clusters, view),
+                hit = syncs[key] = (intra, (wan_sync_s(float(n * GRAD_BYTES_PER_PARAM), clusters, view),
                                             tuple(sorted(clusters))) if len(clusters) > 1 else (0.0, ()))
             sync_s.append(hit[0])
             wan.append(hit[1])
+        sync_s, wan = tuple(sync_s), tuple(wan)
         lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
         group = spec.boundary_bytes(1, s)
-        channel = _channels(shape, view)
-        sends: dict[tuple[str, str], tuple[float, float]] = {}  # (from, to) -> _send's pair
-
-        def send(a: str, b: str) -> tuple[float, float]:
-            hit = sends.get((a, b))
-            if hit is None:
-                hit = sends[a, b] = self._send(channel.get(view, a, b), a, b, group, shape.dp)
-            return hit
-
+        channel = shape_channels(shape, view) if channel is None else channel
+        none = (0.0, 0.0)
         self.replicas: list[_Replica] = []
         seen: set = set()
-        for rep, layout in zip(shape.replicas, layouts):
+        for rep in shape.replicas:
             if rep in seen:
                 continue
             seen.add(rep)
-            per_cluster = {(cluster, tp): _segment(job, cluster, tp, view) for cluster, tp, _ in rep}
             work, bwd, fwds, send_f, send_b = [], [], [], [], []
-            for i, (cluster, tp) in enumerate(layout):
-                speed, tp_s = per_cluster[cluster, tp]
-                fwd = (counts[i] * lf + (hf if i == S - 1 else 0.0)) / speed
-                work.append(3 * fwd + 2 * counts[i] * tp_s)
-                bwd.append(2 * fwd + counts[i] * tp_s)
-                fwds.append(fwd + counts[i] * tp_s)
-                send_f.append(send(cluster, layout[i + 1][0]) if i + 1 < S else (0.0, 0.0))
-                send_b.append(send(cluster, layout[i - 1][0]) if i > 0 else (0.0, 0.0))
+            i = 0
+            for j, (cluster, tp, pp) in enumerate(rep):  # a segment's stages share speed and inner sends
+                speed, tp_s = _segment(job, cluster, tp, view)
+                for n in counts[i:i + pp]:
+                    fwd = (n * lf + (hf if i == S - 1 else 0.0)) / speed
+                    work.append(3 * fwd + 2 * n * tp_s)
+                    bwd.append(2 * fwd + n * tp_s)
+                    fwds.append(fwd + n * tp_s)
+                    i += 1
+                inner = self._send(channel.get(view, cluster, cluster), cluster, cluster, group, shape.dp) \
+                    if pp > 1 else none
+                send_b.append(self._send(channel.get(view, cluster, rep[j - 1][0]), cluster, rep[j - 1][0], group,
+                                         shape.dp) if j else none)
+                send_b.extend([inner] * (pp - 1))
+                send_f.extend([inner] * (pp - 1))
+                send_f.append(self._send(channel.get(view, cluster, rep[j + 1][0]), cluster, rep[j + 1][0], group,
+                                         shape.dp) if j + 1 < len(rep) else none)
             self.replicas.append(_Replica.of(tuple(work), tuple(bwd), tuple(fwds), tuple(send_f), tuple(send_b),
-                                             tuple(sync_s), tuple(wan)))
+                                             sync_s, wan))
         self._recomputing: list[_Replica] | None = None  # the replicas with full recomputation, once asked
 
     @staticmethod
@@ -392,12 +404,12 @@ class QuickBound:
     which start no earlier than a stage's sync-ready time >= ``(m - 1) * period + sum(forward
     sends)``. O(segments x replicas)."""
 
-    def __init__(self, job: Job, shape: Shape, view: TopologyView) -> None:
+    def __init__(self, job: Job, shape: Shape, view: TopologyView, channel: Crowded | None = None) -> None:
         spec, s = job.spec, job.seq_len
         lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
         group = spec.boundary_bytes(1, s)
         L = spec.layers
-        channel = _channels(shape, view)
+        channel = shape_channels(shape, view) if channel is None else channel
         self.replicas: list[tuple] = []
         seen: set = set()
         for rep in shape.replicas:

@@ -38,7 +38,8 @@ from dataclasses import replace
 from spiderflow.costmodel import (TopologyView, estimate, fits_memory, known_estimate, known_prediction,
                                   note_estimate, note_prediction, predict, schedule_bounds)
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.parallel.bounds import QuickBound, ShapeBound, memory_variant, split_floors
+from spiderflow.costmodel.network import Crowded
+from spiderflow.parallel.bounds import QuickBound, ShapeBound, memory_variant, shape_channels, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
 from spiderflow.parallel.shapes import Shape, enumerate_shapes
 from spiderflow.plan import Plan, Stage
@@ -236,6 +237,15 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
     heapq.heapify(heap)
     quick: dict[Shape, QuickBound] = {}
     splits: dict[Shape, tuple[list[int], ShapeBound]] = {}
+    # every shape with R replicas has the same runs of the chain's clusters, so the same channels
+    channels: dict[int, Crowded] = {}
+
+    def channel(shape: Shape) -> Crowded:
+        hit = channels.get(len(shape.replicas))
+        if hit is None:
+            hit = channels[len(shape.replicas)] = shape_channels(shape, view)
+        return hit
+
     scored: list[tuple[float, int, Plan]] = []  # max-heap of the best k: (-estimate, -index, plan)
     cut = False
     while heap:
@@ -247,12 +257,12 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
             break
         if level == 0:
             if shape not in quick:
-                quick[shape] = QuickBound(job, shape, view)
+                quick[shape] = QuickBound(job, shape, view, channel(shape))
             heapq.heappush(heap, (max(bound, quick[shape].bound(b, m)), index, 1, shape, b, m))
             continue
         if shape not in splits:
             counts = split_layers(job.spec.layers, _stage_speeds(shape, view))
-            splits[shape] = counts, ShapeBound(job, shape, counts, view)
+            splits[shape] = counts, ShapeBound(job, shape, counts, view, channel(shape))
         counts, floor = splits[shape]
         if level < 3:  # its split's floor with the adjacent windows of stages, then with every window
             heapq.heappush(heap, (max(bound, floor.bound(b, m, every_window=level == 2)), index, level + 1,

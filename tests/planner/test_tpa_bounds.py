@@ -182,9 +182,9 @@ def test_a_split_whose_floor_passes_the_best_plan_is_never_bounded(monkeypatch):
     monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
     real, bounded = tpa.QuickBound, []
 
-    def recorded(job, shape, view):
+    def recorded(job, shape, view, channel=None):
         bounded.append(shape)
-        return real(job, shape, view)
+        return real(job, shape, view, channel)
 
     monkeypatch.setattr(tpa, "QuickBound", recorded)
     skipped = 0
