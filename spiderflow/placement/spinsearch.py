@@ -73,6 +73,8 @@ import itertools
 import math
 from functools import lru_cache
 
+import numpy as np
+
 from spiderflow.costmodel import TopologyView, estimate_memo, predict, schedule_bounds
 from spiderflow.costmodel.network import Channel
 from spiderflow.costmodel.work import chains_crowd_of
@@ -232,8 +234,56 @@ def _candidate_orders(names: tuple[str, ...], figures: tuple[tuple[float, float]
 
 @lru_cache(maxsize=20_000)
 def _best_order(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[str, ...]:
-    """:func:`_order` of ``names`` (sorted) given their :func:`_figures`."""
+    """:func:`_order` of ``names`` (sorted) given their :func:`_figures`: the first of
+    :func:`_candidate_orders` with the largest :func:`_chain_key` (for k <= ``EXHAUSTIVE_ORDER``
+    by :func:`_best_permutation`, which finds the same one without judging every order)."""
+    if len(names) <= EXHAUSTIVE_ORDER:
+        return _best_permutation(names, figures)
     return max(_candidate_orders(names, figures), key=_chain_key(_links(names, figures)))
+
+
+def _best_permutation(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[str, ...]:
+    """``max(_candidate_orders(names, figures), key=_chain_key(...))`` for up to ``EXHAUSTIVE_ORDER``
+    clusters, by branch and bound: the orders are walked in the same (lexicographic) order, and a
+    prefix is dropped once its key is below the best complete order's, which no order extending it
+    can reach (its thinnest boundary only narrows and its summed latency, negated, only falls; the
+    sums are accumulated as ``sum`` does, left to right, so the floats are the same). Ties keep the
+    first, as ``max`` does. (Judging all 360 orders of six clusters was a twentieth of a simulated run.)"""
+    k = len(names)
+    row = [list(figures[a * (k - 1):(a + 1) * (k - 1)]) for a in range(k)]
+    for a in range(k):
+        row[a].insert(a, None)  # row[a][b]: the figures of a -> b
+    best: list = [None, None]  # key, order (indices)
+    chain, used = [], [False] * k
+
+    def extend(thinnest: float, latency: float) -> None:
+        if len(chain) == k:
+            key = (thinnest, latency)
+            if chain[0] < chain[-1] and (best[0] is None or key > best[0]):
+                best[0], best[1] = key, tuple(chain)
+            return
+        figs = row[chain[-1]]
+        for b in range(k):
+            if used[b]:
+                continue
+            bw, neg = figs[b]
+            narrowest = bw if bw < thinnest else thinnest
+            summed = latency + neg
+            if best[0] is not None and (narrowest, summed) < best[0]:
+                continue  # every order extending it keys lower
+            used[b] = True
+            chain.append(b)
+            extend(narrowest, summed)
+            chain.pop()
+            used[b] = False
+
+    for a in range(k - 1):  # the last cluster ends every order: it never starts one (p[0] < p[-1])
+        used[a] = True
+        chain.append(a)
+        extend(math.inf, 0)
+        chain.pop()
+        used[a] = False
+    return tuple(names[i] for i in best[1])
 
 
 CROWDED_ORDERS = 16  # uncrowded orders judged crowded, best first
@@ -306,19 +356,34 @@ def _greedy_orders(names: list[str], view: TopologyView) -> list[list[str]]:
 
 @lru_cache(maxsize=20_000)
 def _greedy_chains(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[tuple[str, ...], ...]:
-    """:func:`_greedy_orders` of ``names`` (sorted) given their :func:`_figures`."""
-    link = _links(names, figures)
-    prefs = {a: sorted((b for b in names if b != a), key=lambda b: (-link[a, b][0], -link[a, b][1], b))
-             for a in names}
-    chains = []
-    for start in names:
-        chain, used = [start], {start}
-        while len(chain) < len(names):
-            nxt = next(c for c in prefs[chain[-1]] if c not in used)
-            chain.append(nxt)
-            used.add(nxt)
-        chains.append(tuple(chain))
-    return tuple(chains)
+    """:func:`_greedy_orders` of ``names`` (sorted) given their :func:`_figures`, walked from every
+    start at once (arrays of k x k: 2-2.5x faster than a walk per start from 20 clusters up, where
+    these chains were 5% of a simulated 10,000-job run)."""
+    k = len(names)
+    if k < 2:
+        return (names,)
+    # fig[a, b]: the figures of a -> b (names order); each row ranked widest first, then nearest,
+    # then by name (lexsort's last key first: the same comparisons as sorting those tuples)
+    pairs = np.array(figures, dtype=float).reshape(k, k - 1, 2)
+    width, latency = np.zeros((k, k)), np.zeros((k, k))
+    off = ~np.eye(k, dtype=bool)
+    width[off], latency[off] = pairs[..., 0].ravel(), -pairs[..., 1].ravel()
+    index = np.broadcast_to(np.arange(k), (k, k))
+    order = np.lexsort((index, latency, -width), axis=1)
+    rank = np.empty((k, k), dtype=np.int64)
+    np.put_along_axis(rank, order, np.arange(k), axis=1)
+    rank[np.arange(k), np.arange(k)] = k  # a cluster never follows itself
+    # every start's chain at once: the next hop is the first of its preferences not yet chained
+    starts = np.arange(k)
+    chains = np.empty((k, k), dtype=np.int64)
+    chains[:, 0] = here = starts
+    used = np.zeros((k, k), dtype=bool)
+    used[starts, here] = True
+    for step in range(1, k):
+        here = np.where(used, k + 1, rank[here]).argmin(axis=1)
+        used[starts, here] = True
+        chains[:, step] = here
+    return tuple(tuple(names[i] for i in row) for row in chains.tolist())
 
 
 def _distinct(ranked: list[list[tuple[str, int]]], view: TopologyView) -> list[list[tuple[str, int]]]:
