@@ -225,3 +225,25 @@ def test_the_best_order_of_up_to_six_clusters_is_the_first_best_of_every_order()
         ties += sum(key(p) == key(want) for p in orders) > 1
         assert spinsearch._best_permutation(names, figures) == want
     assert ties > 500  # the first of equals is what is checked
+
+
+def test_the_greedy_chains_walked_at_once_are_each_starts_own_walk():
+    """``_greedy_chains`` walks every start at once in arrays; each chain must be the walk from its
+    start alone: the next hop is the first cluster not yet chained in the current one's preference
+    order (widest, then nearest, then by name), on figures with many equal widths and latencies."""
+    rng = random.Random(11)
+    for _ in range(300):
+        k = rng.randint(1, 24)
+        names = tuple(sorted(f"c{i:02d}" for i in rng.sample(range(64), k)))
+        figures = tuple((rng.choice((1.0, 2.0, 5.0)) * 1.25e8, -rng.choice((0.01, 0.02, 0.05)))
+                        for a in names for b in names if a != b)
+        link = spinsearch._links(names, figures)
+        want = []
+        for start in names:
+            chain = [start]
+            while len(chain) < k:
+                here = chain[-1]
+                chain.append(min((c for c in names if c not in chain),
+                                 key=lambda c: (-link[here, c][0], -link[here, c][1], c)))
+            want.append(tuple(chain))
+        assert spinsearch._greedy_chains.__wrapped__(names, figures) == tuple(want)
