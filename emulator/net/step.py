@@ -48,7 +48,7 @@ class Step:
     from_gbps: float
     to_gbps: float
     rate_before_mbps: float  # receiver's rate (L2 bytes) in the last second before the step
-    rate_after_mbps: float  # median of the windows after it settled (or of the phase's second half)
+    rate_after_mbps: float  # the rate once it settled, or over the phase's second half (rate_after)
     apply_ms: float
     settle_s: float | None
 
@@ -70,8 +70,15 @@ def _rx_bytes(pid: int, dev: str) -> int:
 
 
 def settle_time(samples: list[tuple[float, int]], applied: float, end: float, expected_mbps: float) -> float | None:
-    """Seconds from ``applied`` to the first window from which every window up to ``end`` is
-    within SETTLE_REL of ``expected_mbps``."""
+    """Seconds from ``applied`` to the end of the first window from which every window up to
+    ``end`` is within SETTLE_REL of ``expected_mbps``."""
+    ok_from = _settled_from(samples, applied, end, expected_mbps)
+    return None if ok_from is None else max(0.0, ok_from + WINDOW_S - applied)
+
+
+def _settled_from(samples: list[tuple[float, int]], applied: float, end: float, expected_mbps: float) -> float | None:
+    """The start of the first window from which every window up to ``end`` is within SETTLE_REL of
+    ``expected_mbps`` (None: the last one is not)."""
     ok_from = None
     for t, rate in _sliding(samples, applied, end):
         if abs(rate - expected_mbps) <= SETTLE_REL * expected_mbps:
@@ -79,7 +86,19 @@ def settle_time(samples: list[tuple[float, int]], applied: float, end: float, ex
                 ok_from = t
         else:
             ok_from = None
-    return None if ok_from is None else max(0.0, ok_from + WINDOW_S - applied)
+    return ok_from
+
+
+def rate_after(samples: list[tuple[float, int]], applied: float, end: float, expected_mbps: float) -> float:
+    """Median Mbit/s of the windows that start once the rate settled (:func:`settle_time`); where it
+    settled only in the phase's last windows, so that none starts after the first settled one ends,
+    of the settled windows; where it never settled, of the phase's second half (NaN: no window)."""
+    ok_from = _settled_from(samples, applied, end, expected_mbps)
+    start = applied + (end - applied) / 2 if ok_from is None else ok_from + WINDOW_S
+    tail = [r for _t, r in _sliding(samples, start, end)]
+    if not tail and ok_from is not None:  # a loaded machine: it settled within the phase's last window
+        tail = [r for _t, r in _sliding(samples, ok_from, end)]
+    return statistics.median(tail) if tail else float("nan")
 
 
 def _sliding(samples: list[tuple[float, int]], start: float, end: float) -> list[tuple[float, float]]:
@@ -153,10 +172,9 @@ def step_test(emu, *, link: tuple[str, str] | None = None, factor: float = 0.5,
         rate_before = statistics.median(before) if before else float("nan")
         expected = rate_before * gbps / previous
         settle = settle_time(samples, at, end, expected)
-        tail = [r for t, r in _sliding(samples, at + (settle if settle is not None else (end - at) / 2), end)]
         steps.append(Step(link=f"{base.a}-{base.b}", direction=f"{target.a} -> {target.b}",
                           from_gbps=previous, to_gbps=gbps, rate_before_mbps=rate_before,
-                          rate_after_mbps=statistics.median(tail) if tail else float("nan"),
+                          rate_after_mbps=rate_after(samples, at, end, expected),
                           apply_ms=(at - due) * 1e3, settle_s=None if settle is None else settle / k))
         previous = gbps
     return steps
