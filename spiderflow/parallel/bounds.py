@@ -14,7 +14,8 @@ make that search cheaper while keeping its result identical:
   whatever memory lever it ends up needing. With candidates taken in order of
   their bound, TPA stops once the bound exceeds the k-th best estimate found:
   no skipped candidate could have entered the best k. :class:`QuickBound` is a
-  coarser floor per shape, before its layer split, that orders the candidates.
+  coarser floor per shape in O(segments), before its layer split and then on
+  it (:meth:`QuickBound.split`), that orders the candidates.
 - **Floors per split of the chain** (:func:`split_floors`, :func:`chain_floor`):
   under every shape with R pipeline replicas at once, computed before any
   shape is bounded: a search asked to beat a time its chain cannot beat ends
@@ -88,41 +89,63 @@ def memory_variant(job: Job, shape: Shape, counts: list[int], b: int, m: int,
     """The first of ``MEMORY_VARIANTS`` under which every stage fits; None if none does.
 
     Mirrors ``stage_memory``'s arithmetic term by term (tested to agree with ``fits_memory``)."""
-    spec, topo = job.spec, view.topology
-    S = len(counts)
-    dp_group = shape.dp * len(shape.replicas)
-    seen: set = set()
-    stages = []  # (tp, params, layers, i, last, have_gb), one per distinct (stage, tp, memory)
-    for rep in shape.replicas:
-        i = 0
-        for cluster, tp, pp in rep:
-            have = topo.cluster(cluster).profile.memory_gb * USABLE_FRACTION
-            for _ in range(pp):
-                key = (i, tp, have)
-                if key not in seen:
-                    seen.add(key)
-                    first, last = i == 0, i == S - 1
-                    stages.append((tp, _stage_params(counts[i], first, last, spec), counts[i], i, last, have))
-                i += 1
-    for zero1, recompute in MEMORY_VARIANTS:
-        opt = OPTIMIZER_BYTES_PER_PARAM / (dp_group if zero1 else 1)
-        ok = True
-        for tp, params_int, layers, i, last, have in stages:
-            params = params_int / tp
-            static = params * (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM + opt)
-            in_flight = min(S - i, m)
-            layer_act = spec.layer_activation_bytes(b, job.seq_len, tp=tp, recompute=recompute)
-            act = in_flight * layers * layer_act
-            if recompute:
-                act += spec.layer_activation_bytes(b, job.seq_len, tp=tp, recompute=False)
-            if last:
-                act += b * job.seq_len * spec.vocab * 2 / tp
-            if not (static + act) / GB <= have:
-                ok = False
-                break
-        if ok:
-            return zero1, recompute
-    return None
+    return MemoryFit(job, shape, counts, view).variant(b, m)
+
+
+class MemoryFit:
+    """:func:`memory_variant` of one shape and layer split, for any (b, m): TPA asks it for every
+    micro-batching of a split before taking its floor (a plan that recomputes has a higher one)."""
+
+    def __init__(self, job: Job, shape: Shape, counts: list[int], view: TopologyView) -> None:
+        spec, topo = job.spec, view.topology
+        S = len(counts)
+        self.job, self.S = job, S
+        self.dp_group = shape.dp * len(shape.replicas)
+        # One entry per distinct (tp, parameters, layers, last, memory): of stages alike in all
+        # but their position, the first holds the most micro-batches in flight (min(S - i, m)),
+        # so needs the most memory (every term is non-negative and rounding is monotone): if it
+        # fits, they all do.
+        first: dict[tuple, int] = {}
+        for rep in shape.replicas:
+            i = 0
+            for cluster, tp, pp in rep:
+                have = topo.cluster(cluster).profile.memory_gb * USABLE_FRACTION
+                for _ in range(pp):
+                    key = (tp, _stage_params(counts[i], i == 0, i == S - 1, spec), counts[i], i == S - 1, have)
+                    if first.get(key, S) > i:
+                        first[key] = i
+                    i += 1
+        self.stages = [(tp, params, layers, i, last, have) for (tp, params, layers, last, have), i in first.items()]
+        self._act: dict[tuple, float] = {}
+
+    def _layer_act(self, b: int, tp: int, recompute: bool) -> float:
+        key = (b, tp, recompute)
+        hit = self._act.get(key)
+        if hit is None:
+            hit = self._act[key] = self.job.spec.layer_activation_bytes(b, self.job.seq_len, tp=tp,
+                                                                        recompute=recompute)
+        return hit
+
+    def variant(self, b: int, m: int) -> tuple[bool, bool] | None:
+        spec, seq, S = self.job.spec, self.job.seq_len, self.S
+        for zero1, recompute in MEMORY_VARIANTS:
+            opt = OPTIMIZER_BYTES_PER_PARAM / (self.dp_group if zero1 else 1)
+            ok = True
+            for tp, params_int, layers, i, last, have in self.stages:
+                params = params_int / tp
+                static = params * (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM + opt)
+                in_flight = min(S - i, m)
+                act = in_flight * layers * self._layer_act(b, tp, recompute)
+                if recompute:
+                    act += self._layer_act(b, tp, False)
+                if last:
+                    act += b * seq * spec.vocab * 2 / tp
+                if not (static + act) / GB <= have:
+                    ok = False
+                    break
+            if ok:
+                return zero1, recompute
+        return None
 
 
 def _segment(job: Job, cluster: str, tp: int, view: TopologyView) -> tuple[float, float]:
@@ -398,37 +421,30 @@ def chain_floor(job: Job, segments: Sequence[tuple[str, int]], view: TopologyVie
 
 
 class QuickBound:
-    """A coarser floor under ``estimate`` from the shape alone, before any layer split: the layer
-    split that minimises the compute terms, the exact p2p, and each ring's inter-cluster syncs
-    (the whole model's gradient where one ring serves every stage, a layer per stage otherwise),
-    which start no earlier than a stage's sync-ready time >= ``(m - 1) * period + sum(forward
-    sends)``. O(segments x replicas)."""
+    """A coarser floor under ``estimate`` from the shape alone, in O(segments x replicas): the
+    layer split that minimises the compute terms, the exact p2p, and each ring's inter-cluster
+    syncs (the whole model's gradient where one ring serves every stage, a layer per stage
+    otherwise), which start no earlier than a stage's sync-ready time >= ``(m - 1) * period +
+    sum(forward sends)``. :meth:`split` gives the same floor on a layer split (each segment's
+    busiest stage and every stage's work), and with ``recompute`` for plans that run each forward
+    again in their backward."""
 
     def __init__(self, job: Job, shape: Shape, view: TopologyView, channel: Crowded | None = None) -> None:
         spec, s = job.spec, job.seq_len
-        lf, hf = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s)
         group = spec.boundary_bytes(1, s)
-        L = spec.layers
+        self.lf, self.hf, self.layers = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s), spec.layers
         channel = shape_channels(shape, view) if channel is None else channel
-        self.replicas: list[tuple] = []
+        self._links: list[tuple] = []  # per distinct replica: its segments and what its sends take
         seen: set = set()
         for rep in shape.replicas:
             if rep in seen:
                 continue
             seen.add(rep)
-            per_layer, inverse = math.inf, 0.0  # cheapest layer; sum over stages of 1 / layer cost
             alpha_sum = bytes_sum = widest = back_alpha = back_bytes = 0.0
-            last_speed = 0.0
-            costs = []
-            for cluster, tp, _ in rep:
-                speed, tp_s = _segment(job, cluster, tp, view)
-                costs.append((speed, 3 * lf / speed + 2 * tp_s))
-            windows = []  # across each WAN boundary, estimate's window over its two stages (>= 1 layer each)
+            segments = []  # (speed, TP all-reduce s per layer, stages)
+            wan = []  # across each WAN boundary: both ways' latency and seconds per sequence
             for j, (cluster, tp, pp) in enumerate(rep):
-                speed, cost = costs[j]
-                per_layer = min(per_layer, cost)
-                inverse += pp / cost
-                last_speed = speed
+                segments.append((*_segment(job, cluster, tp, view), pp))
                 if pp > 1:  # boundaries between this segment's own stages
                     chan = view.p2p(cluster, cluster)
                     alpha_sum += (pp - 1) * chan.alpha_s
@@ -444,16 +460,46 @@ class QuickBound:
                     widest = max(widest, shape.dp * group / chan.bytes_per_s)
                     back_alpha += back.alpha_s
                     back_bytes += shape.dp * group / back.bytes_per_s
-                    windows.append((chan.alpha_s + back.alpha_s,
-                                    shape.dp * group / chan.bytes_per_s + shape.dp * group / back.bytes_per_s
-                                    + cost + costs[j + 1][1], 2))
-            work = L * per_layer + 3 * hf / last_speed
-            depth = sum(pp for _, _, pp in rep)
-            # the window over every stage: all compute and every transfer both ways, / min(S, m)
-            windows.append((alpha_sum + back_alpha, work + bytes_sum + back_bytes, depth))
-            self.replicas.append((work, L / inverse, widest, alpha_sum, bytes_sum, back_alpha, back_bytes,
-                                  tuple(windows)))
+                    wan.append((chan.alpha_s + back.alpha_s,
+                                shape.dp * group / chan.bytes_per_s + shape.dp * group / back.bytes_per_s))
+            self._links.append((tuple(segments), tuple(wan), widest, alpha_sum, bytes_sum, back_alpha, back_bytes))
         self.ring_s = self._rings(job, shape, view) if len(shape.replicas) > 1 else 0.0
+        self.replicas = self._terms(None, False)
+
+    def split(self, counts: Sequence[int], recompute: bool = False) -> "QuickBound":
+        """This floor on the layer split ``counts`` (recomputing: for plans that recompute)."""
+        out = object.__new__(QuickBound)
+        out.__dict__.update(self.__dict__)
+        out.replicas = self._terms(counts, recompute)
+        return out
+
+    def _terms(self, counts: Sequence[int] | None, recompute: bool) -> list[tuple]:
+        # per layer: its forward and backward (TP all-reduced) and, recomputing, the forward again
+        passes, reduces = (4, 3) if recompute else (3, 2)
+        lf, L = self.lf, self.layers
+        out = []
+        for segments, wan, widest, alpha_sum, bytes_sum, back_alpha, back_bytes in self._links:
+            costs = [passes * lf / speed + reduces * tp_s for speed, tp_s, _ in segments]
+            if counts is None:  # a layer a stage at each WAN boundary; the split that balances compute
+                ends = [(1, 1)] * len(segments)
+                work = L * min(costs)
+                busiest = L / sum(pp / cost for (_, _, pp), cost in zip(segments, costs))
+            else:  # the layers of each segment's first and last stage; its busiest stage
+                ends, i, work, busiest = [], 0, 0.0, 0.0
+                for (_, _, pp), cost in zip(segments, costs):
+                    mine = counts[i:i + pp]
+                    ends.append((mine[0], mine[-1]))
+                    work += sum(mine) * cost
+                    busiest = max(busiest, max(mine) * cost)
+                    i += pp
+            work += passes * self.hf / segments[-1][0]
+            # estimate's window over the two stages across each WAN boundary, and over every stage:
+            # all compute and every transfer both ways, / min(S, m)
+            windows = [(alpha, seconds + ends[j][1] * costs[j] + ends[j + 1][0] * costs[j + 1], 2)
+                       for j, (alpha, seconds) in enumerate(wan)]
+            windows.append((alpha_sum + back_alpha, work + bytes_sum + back_bytes, sum(pp for _, _, pp in segments)))
+            out.append((work, busiest, widest, alpha_sum, bytes_sum, back_alpha, back_bytes, tuple(windows)))
+        return out
 
     @staticmethod
     def _rings(job: Job, shape: Shape, view: TopologyView) -> float:

@@ -55,7 +55,7 @@ def _score_all(job, chain, view, k):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_floor_is_under_every_estimate_and_memory_matches(seed):
-    checked = tight = 0
+    checked = tight = quick_r = 0
     for job, segments, view in _cases(seed, 12):
         for shape in enumerate_shapes(segments, view.topology, job.spec):
             counts = tpa.split_layers(job.spec.layers, tpa._stage_speeds(shape, view))
@@ -68,6 +68,11 @@ def test_floor_is_under_every_estimate_and_memory_matches(seed):
                     plan = tpa._build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
                     est = estimate(plan, view)
                     assert split <= quick.bound(b, m) <= est
+                    # on the plan's own split, for every lever up to its own (recomputing only adds work)
+                    assert quick.split(counts).bound(b, m) <= est
+                    if recompute:
+                        assert quick.split(counts, recompute=True).bound(b, m) <= est
+                        quick_r += quick.split(counts, recompute=True).bound(b, m) > floor.bound(b, m)
                     full = floor.bound(b, m, recompute, every_window=True)
                     assert floor.bound(b, m) <= floor.bound(b, m, recompute) <= full * (1 + 1e-12)  # sums' order
                     assert floor.bound(b, m, every_window=True) <= full <= est
@@ -79,6 +84,7 @@ def test_floor_is_under_every_estimate_and_memory_matches(seed):
                     checked += 1
                 assert memory_variant(job, shape, counts, b, m, view) == first
     assert checked > 300 and tight > 30
+    assert quick_r > 30  # recomputation's quick floor is above the split's floor without it
 
 
 def test_floor_prices_every_send_as_estimate_does_also_where_the_plan_crowds_its_own_hops():
