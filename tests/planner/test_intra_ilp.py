@@ -1,5 +1,6 @@
-"""The intra-cluster ILP (PuLP + HiGHS, without its sub-MIP heuristics: ``spiderflow.solver``) finds
-the optimum of its own model: the least slowest-stage time over every TP option and every split of
+"""The intra-cluster ILP finds the optimum of its own model, solved exactly by greedy allocation
+(``solve_intra``) and by PuLP + HiGHS without its sub-MIP heuristics (``solve_intra_milp``,
+``spiderflow.solver``): the least slowest-stage time over every TP option and every split of
 the block's layers that fits memory, found here by enumerating them all."""
 
 import itertools
@@ -9,7 +10,7 @@ import pytest
 
 from spiderflow.costmodel.memory import GB, USABLE_FRACTION
 from spiderflow.hardware import gpu_profile
-from spiderflow.parallel.intra_ilp import IntraProblem, _coefficients, solve_intra
+from spiderflow.parallel.intra_ilp import IntraProblem, _coefficients, solve_intra, solve_intra_milp
 from spiderflow.parallel.shapes import segment_options
 from spiderflow.workload import MODELS
 
@@ -54,21 +55,25 @@ def _brute_force(p: IntraProblem) -> float | None:
     return best
 
 
-def test_the_intra_cluster_ilp_finds_its_models_optimum():
+@pytest.mark.parametrize("solve", [solve_intra.__wrapped__, solve_intra_milp], ids=["exact", "pulp"])
+def test_the_intra_cluster_ilp_finds_its_models_optimum(solve):
     solved = infeasible = 0
     for p in _problems(60):
-        want, got = _brute_force(p), solve_intra.__wrapped__(p)
+        want, got = _brute_force(p), solve(p)
         if want is None:
             assert got is None
             infeasible += 1
             continue
-        assert got is not None and got.stage_s == pytest.approx(want, rel=1e-4)  # HiGHS's default gap
+        # the allocation is exact; HiGHS stops within its default relative gap
+        assert got is not None and got.stage_s == pytest.approx(want, rel=1e-12 if solve is not solve_intra_milp else 1e-4)
         spec = MODELS[p.model]
         pp = len(got.layers)
         assert sum(got.layers) == p.layers and min(got.layers) >= 1 and got.tp * pp * p.dp == p.gpus
         per_layer, rows = _coefficients(p, got.tp, pp)  # the split it returns runs at that time
         assert max(n * per_layer + extra for n, (_, _, extra) in zip(got.layers, rows)) == \
             pytest.approx(got.stage_s, rel=1e-6)
+        cap = gpu_profile(p.gpu).memory_gb * USABLE_FRACTION * GB
+        assert all(n * mem / GB + fixed / GB <= cap / GB * (1 + 1e-9) for n, (mem, fixed, _) in zip(got.layers, rows))
         assert got.tp in {tp for tp, _ in segment_options(p.gpus, p.dp, p.gpus_per_node, spec)}
         solved += 1
     assert solved >= 30 and infeasible >= 3
