@@ -18,7 +18,6 @@ per-message overhead, and beta the bottleneck bandwidth.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -54,9 +53,10 @@ class TopologyView:
 
     def p2p(self, a: str, b: str) -> Channel:
         key = ("p2p", a, b)
-        if key not in self._memo:
-            self._memo[key] = self._p2p(a, b)
-        return self._memo[key]
+        chan = self._memo.get(key)
+        if chan is None:
+            chan = self._memo[key] = self._p2p(a, b)
+        return chan
 
     def _p2p(self, a: str, b: str) -> Channel:
         if a == b:
@@ -83,19 +83,7 @@ class TopologyView:
         matrix view does not see it (``shares_links`` False). No crowd: ``p2p(a, b)``."""
         if not crowd:
             return self.p2p(a, b)
-        key = ("p2p-crowded", a, b, crowd)
-        if key not in self._memo:
-            base = self.p2p(a, b)
-            counts = dict(crowd)
-            path = self.topology.path(a, b)
-            hops = list(zip(path.clusters, path.clusters[1:]))
-            if a == b or not self.shares_links or all(counts.get(h, 1) <= 1 for h in hops):
-                self._memo[key] = base
-            else:
-                gbps = [self._share(l.key, l.bandwidth_gbps) * l.bandwidth_gbps for l in path.links]
-                crowded = min(g / max(1, counts.get(h, 1)) for g, h in zip(gbps, hops))
-                self._memo[key] = Channel(base.alpha_s, base.bytes_per_s * crowded / min(gbps))
-        return self._memo[key]
+        return self.crowded(crowd).get(self, a, b)
 
     def crowded(self, crowd: tuple[tuple[tuple[str, str], int], ...]) -> Crowded:
         """:meth:`p2p_crowded` with this ``crowd``, for many pairs: the crowd hashed once per view
@@ -132,9 +120,10 @@ class TopologyView:
         ``rings`` entry for exactly these clusters replaces what the paths give.
         """
         key = ("ring", *clusters)
-        if key not in self._memo:
-            self._memo[key] = self._ring(tuple(clusters))
-        return self._memo[key]
+        chan = self._memo.get(key)
+        if chan is None:
+            chan = self._memo[key] = self._ring(tuple(clusters))
+        return chan
 
     def _ring(self, clusters: tuple[str, ...]) -> Channel:
         chan = self._ring_of_paths(clusters)
@@ -155,37 +144,43 @@ class TopologyView:
         if not self.shares_links:
             chans = [self.p2p(a, b) for a, b in hops]
             return Channel(max(c.alpha_s for c in chans), min(c.bytes_per_s for c in chans))
-        use: Counter[tuple[str, str]] = Counter()
-        routes = []
-        for a, b in hops:
-            path = self.topology.path(a, b)
-            routes.append(path)
-            for u, v in zip(path.clusters, path.clusters[1:]):
-                use[(u, v)] += 1
         alpha = 0.0
         rate = float("inf")
-        for (a, b), path in zip(hops, routes):
+        for a, b, worst in self.topology.ring_hops(clusters):
             chan = self.p2p(a, b)
             alpha = max(alpha, chan.alpha_s)
-            worst = max((use[(u, v)] for u, v in zip(path.clusters, path.clusters[1:])), default=1)
             rate = min(rate, chan.bytes_per_s / worst)
         return Channel(alpha, rate)
 
 
 class Crowded:
-    """The channels of one view under one crowd (:meth:`TopologyView.crowded`), each pair looked up
-    once. It keeps no reference to its view (which keeps it in its memo): ``get`` is handed it."""
+    """The channels of one view under one crowd (:meth:`TopologyView.crowded`), each pair priced
+    once (:meth:`TopologyView.p2p_crowded`'s figures). It keeps no reference to its view (which
+    keeps it in its memo): ``get`` is handed it."""
 
-    __slots__ = ("crowd", "_known")
+    __slots__ = ("crowd", "_counts", "_known")
 
     def __init__(self, crowd: tuple) -> None:
-        self.crowd, self._known = crowd, {}
+        # the hops more than one transfer crosses (chains_crowd keeps no others); the rest cost nothing
+        self.crowd, self._counts, self._known = crowd, {h: k for h, k in crowd if k > 1}, {}
 
     def get(self, view: TopologyView, a: str, b: str) -> Channel:
         chan = self._known.get((a, b))
         if chan is None:
-            chan = self._known[a, b] = view.p2p_crowded(a, b, self.crowd)
+            chan = self._known[a, b] = self._price(view, a, b)
         return chan
+
+    def _price(self, view: TopologyView, a: str, b: str) -> Channel:
+        base = view.p2p(a, b)
+        counts = self._counts
+        if a == b or not view.shares_links or not counts:
+            return base
+        path = view.topology.path(a, b)
+        if counts.keys().isdisjoint(path.hop_pairs):
+            return base
+        gbps = [view._share(l.key, l.bandwidth_gbps) * l.bandwidth_gbps for l in path.links]
+        crowded = min(g / max(1, counts.get(h, 1)) for g, h in zip(gbps, path.hop_pairs))
+        return Channel(base.alpha_s, base.bytes_per_s * crowded / min(gbps))
 
 
 def MatrixView(topology: Topology, calibration: Calibration = NO_CALIBRATION) -> TopologyView:

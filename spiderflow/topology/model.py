@@ -82,6 +82,11 @@ class Path:
     def hops(self) -> int:
         return len(self.links)
 
+    @cached_property
+    def hop_pairs(self) -> tuple[tuple[str, str], ...]:
+        """Each hop as (from, to), in path order."""
+        return tuple(zip(self.clusters, self.clusters[1:]))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Topology:
@@ -92,6 +97,7 @@ class Topology:
     source: str = "<memory>"
     # route cache; init=False so that dataclasses.replace (a topology with other links) starts a fresh one
     _routes: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    _rings: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.routing not in ROUTING_RULES:
@@ -151,6 +157,23 @@ class Topology:
         if routes is None:
             routes = self._routes[a] = self._routes_from(a)
         return routes[b]
+
+    def ring_hops(self, clusters: tuple[str, ...]) -> tuple[tuple[str, str, int], ...]:
+        """A ring over ``clusters`` (in order), hop by hop: (from, to, the most of the ring's hops
+        that share one directed link of this hop's route, 1 without links). Memoised: a ring's
+        routes never change."""
+        hit = self._rings.get(clusters)
+        if hit is None:
+            n = len(clusters)
+            hops = [(clusters[i], clusters[(i + 1) % n]) for i in range(n)]
+            routes = [self.path(a, b) for a, b in hops]
+            use: dict[tuple[str, str], int] = {}
+            for path in routes:
+                for hop in path.hop_pairs:
+                    use[hop] = use.get(hop, 0) + 1
+            hit = self._rings[clusters] = tuple((a, b, max((use[h] for h in path.hop_pairs), default=1))
+                                                for (a, b), path in zip(hops, routes))
+        return hit
 
     def _routes_from(self, src: str) -> dict[str, Path]:
         widest = self.routing == "widest"
