@@ -222,7 +222,7 @@ def repricer(plan: Plan, view: TopologyView) -> Repricer:
 
 def estimate_repriced(pricer: Repricer, plan: Plan, view: TopologyView) -> float:
     """``estimate`` of ``plan``, whose :func:`repricer` this is, on ``view`` (the same float)."""
-    return max(estimate_1f1b(costs, plan.micro_batches) for costs in pricer.price(view))
+    return pricer.estimate(view, plan.micro_batches)
 
 
 def schedule_bounds(plan: Plan, view: TopologyView) -> tuple[float, float]:

@@ -157,14 +157,22 @@ def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
 
 def sync_ends(costs: list[StageCost], ready: list[float]) -> list[float]:
     """End of each stage's gradient sync; WAN phases on one ring are serialised."""
+    return sync_ends_of([c.sync_s for c in costs], [c.sync_wan_s for c in costs], [c.sync_ring for c in costs],
+                        ready)
+
+
+def sync_ends_of(sync_s: Sequence[float], wan_s: Sequence[float], rings: Sequence[tuple[str, ...]],
+                 ready: Sequence[float]) -> list[float]:
+    """:func:`sync_ends` from each stage's intra-cluster sync, inter-cluster phase and its ring."""
     ring_free: dict[tuple[str, ...], float] = {}
-    ends = [0.0] * len(costs)
-    for i in sorted(range(len(costs)), key=lambda k: (ready[k], k)):
-        c = costs[i]
-        t = ready[i] + c.sync_s
-        if c.sync_wan_s > 0:
-            t = max(t, ring_free.get(c.sync_ring, 0.0)) + c.sync_wan_s
-            ring_free[c.sync_ring] = t
+    ends = [0.0] * len(sync_s)
+    for i in sorted(range(len(sync_s)), key=lambda k: (ready[k], k)):
+        t = ready[i] + sync_s[i]
+        wan = wan_s[i]
+        if wan > 0:
+            ring = rings[i]
+            t = max(t, ring_free.get(ring, 0.0)) + wan
+            ring_free[ring] = t
         ends[i] = t
     return ends
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from spiderflow.costmodel.network import TopologyView
+from spiderflow.costmodel.schedule import estimate_1f1b, last_backwards, steady_period, sync_ends_of
 from spiderflow.costmodel.stages import StageCost, intra_sync_s, stage_compute_s, stage_params, wan_sync_s
 from spiderflow.plan import Plan
 from spiderflow.topology import Topology
@@ -195,6 +196,14 @@ def price(items: list[RankWork], view: TopologyView,
 
 def _cost(w: RankWork, view: TopologyView, channels) -> StageCost:
     """One work item's :class:`StageCost` on ``view`` (``channels``: its crowded channels)."""
+    send_f, lat_f, send_b, lat_b, wan, ring = _figures(w, view, channels)
+    return StageCost(w.forward_s, w.backward_s, send_f, send_b, w.sync_intra_s, wan, ring,
+                     send_forward_latency_s=lat_f, send_backward_latency_s=lat_b)
+
+
+def _figures(w: RankWork, view: TopologyView, channels) -> tuple[float, float, float, float, float, tuple[str, ...]]:
+    """What of a work item's cost the network decides: its sends either way and their latencies,
+    and its inter-cluster sync and that sync's ring."""
     send_f = lat_f = send_b = lat_b = 0.0
     if w.next_cluster is not None:
         chan = channels.get(view, w.cluster, w.next_cluster)
@@ -203,9 +212,7 @@ def _cost(w: RankWork, view: TopologyView, channels) -> StageCost:
         chan = channels.get(view, w.cluster, w.prev_cluster)
         send_b, lat_b = chan.time(w.prev_bytes), chan.alpha_s
     wan = wan_sync_s(w.grad_bytes, w.sync_clusters, view) if len(w.sync_clusters) > 1 else 0.0
-    return StageCost(w.forward_s, w.backward_s, send_f, send_b, w.sync_intra_s, wan,
-                     tuple(sorted(w.sync_clusters)) if wan else (), send_forward_latency_s=lat_f,
-                     send_backward_latency_s=lat_b)
+    return send_f, lat_f, send_b, lat_b, wan, tuple(sorted(w.sync_clusters)) if wan else ()
 
 
 def _local(w: RankWork) -> bool:
@@ -222,7 +229,9 @@ class Repricer:
     view it was made on; on a view of the same topology and calibration (only link load and
     bandwidths differ) only the others are priced again, on another every item is, under that
     topology's crowd of the plan's ``chains`` (its replicas' stage clusters). Either way
-    :meth:`price` returns the same floats as :func:`price` on that view."""
+    :meth:`price` returns the same floats as :func:`price` on that view, and :meth:`estimate`
+    the same float as ``estimate`` (:func:`~spiderflow.costmodel.schedule.estimate_1f1b` of them),
+    from columns of figures kept per replica, without a :class:`StageCost` per item."""
 
     def __init__(self, works: list[list[RankWork]], view: TopologyView, chains: tuple[tuple[str, ...], ...]) -> None:
         self.works, self.chains = works, chains
@@ -230,6 +239,25 @@ class Repricer:
         self.crowd = chains_crowd_of(chains, view)
         channels = view.crowded(self.crowd)
         self._fixed = [[_cost(w, view, channels) if _local(w) else None for w in items] for items in works]
+        # per replica: every item's figures, those of the items priced again left at 0, and those items
+        self._columns = []
+        for items, fixed in zip(works, self._fixed):
+            fwd, bwd = [w.forward_s for w in items], [w.backward_s for w in items]
+            # the items priced again, grouped by what their figures depend on (a long pipeline's
+            # stages in one cluster share neighbours and, but for their layer counts, gradients)
+            groups: dict[tuple, list] = {}
+            for i, (w, c) in enumerate(zip(items, fixed)):
+                if c is None:
+                    key = (w.cluster, w.next_cluster, w.prev_cluster, w.next_bytes, w.prev_bytes, w.grad_bytes,
+                           w.sync_clusters)
+                    groups.setdefault(key, [w, []])[1].append(i)
+            moving = [(w, tuple(at)) for w, at in groups.values()]
+            none = StageCost(0.0, 0.0, 0.0, 0.0, 0.0)
+            columns = [[(c or none).send_forward_s for c in fixed], [(c or none).send_forward_latency_s for c in fixed],
+                       [(c or none).send_backward_s for c in fixed], [(c or none).send_backward_latency_s for c in fixed],
+                       [(c or none).sync_wan_s for c in fixed], [(c or none).sync_ring for c in fixed]]
+            self._columns.append((fwd, bwd, [f + b for f, b in zip(fwd, bwd)], [w.sync_intra_s for w in items],
+                                  columns, moving))
 
     def price(self, view: TopologyView) -> list[list[StageCost]]:
         """Each distinct replica's stage costs on ``view``."""
@@ -238,6 +266,25 @@ class Repricer:
         channels = view.crowded(self.crowd)
         return [[c if c is not None else _cost(w, view, channels) for w, c in zip(items, fixed)]
                 for items, fixed in zip(self.works, self._fixed)]
+
+    def estimate(self, view: TopologyView, micro_batches: int) -> float:
+        """``estimate`` of the plan on ``view`` (the same float)."""
+        if view.topology is not self.topology or view.calibration is not self.calibration:
+            return max(estimate_1f1b(costs, micro_batches) for costs in self.price(view))
+        channels = view.crowded(self.crowd)
+        m, best = micro_batches, None
+        for fwd, bwd, work, sync, columns, moving in self._columns:
+            send_f, lat_f, send_b, lat_b, wan, rings = (list(c) for c in columns)
+            for w, at in moving:
+                figures = _figures(w, view, channels)
+                for i in at:
+                    send_f[i], lat_f[i], send_b[i], lat_b[i], wan[i], rings[i] = figures
+            period = steady_period(work, send_f, lat_f, send_b, lat_b, m)
+            ready = last_backwards(fwd, bwd, send_f, lat_f, send_b, lat_b, period, m)
+            t = max([ready[0], *sync_ends_of(sync, wan, rings, ready)])
+            if best is None or t > best:
+                best = t
+        return best
 
 
 def stage_costs(plan: Plan, view: TopologyView, replica: int = 0,
