@@ -134,12 +134,12 @@ def _grow(req: PlacementRequest, seed: str, view: TopologyView, rule: str) -> li
     need, topo = req.job.gpus, req.topology
     chosen, have = [seed], req.free_gpus[seed]
     allowed = set(req.candidates)
+    taken = {seed}
+    near = {n for n, _ in topo.neighbours(seed) if n in allowed and n != seed}  # graph neighbours not taken
     # per cluster: the widest (then nearest) channel from the set to it, over the first n chosen
     reach: dict[str, tuple[tuple[float, float], int]] = {}
     while have < need:
-        frontier = {n for c in chosen for n, _ in topo.neighbours(c)} & allowed - set(chosen)
-        if not frontier:
-            frontier = allowed - set(chosen)
+        frontier = near or allowed - taken
         if not frontier:
             break
 
@@ -152,8 +152,11 @@ def _grow(req: PlacementRequest, seed: str, view: TopologyView, rule: str) -> li
             reach[c] = best, len(chosen)
             return _attach_key(rule, best[0], -best[1], req.free_gpus[c], need - have, c)
 
-        nxt = max(sorted(frontier), key=attach)
+        nxt = max(frontier, key=attach)  # every key ends with the cluster's name: no ties
         chosen.append(nxt)
+        taken.add(nxt)
+        near.discard(nxt)
+        near.update(n for n, _ in topo.neighbours(nxt) if n in allowed and n not in taken)
         have += req.free_gpus[nxt]
     return chosen if have >= need else []
 
@@ -239,7 +242,8 @@ def _best_order(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]
     by :func:`_best_permutation`, which finds the same one without judging every order)."""
     if len(names) <= EXHAUSTIVE_ORDER:
         return _best_permutation(names, figures)
-    return max(_candidate_orders(names, figures), key=_chain_key(_links(names, figures)))
+    chains, thinnest, latency = _greedy_walks(names, figures)
+    return chains[max(range(len(chains)), key=lambda r: (thinnest[r], latency[r]))]
 
 
 def _best_permutation(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[str, ...]:
@@ -355,17 +359,24 @@ def _greedy_orders(names: list[str], view: TopologyView) -> list[list[str]]:
     return [list(chain) for chain in _greedy_chains(names, _figures(names, view))]
 
 
-@lru_cache(maxsize=20_000)
 def _greedy_chains(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[tuple[str, ...], ...]:
-    """:func:`_greedy_orders` of ``names`` (sorted) given their :func:`_figures`, walked from every
-    start at once (arrays of k x k: 2-2.5x faster than a walk per start from 20 clusters up, where
-    these chains were 5% of a simulated 10,000-job run)."""
+    """:func:`_greedy_orders` of ``names`` (sorted) given their :func:`_figures` (:func:`_greedy_walks`)."""
+    return _greedy_walks(names, figures)[0]
+
+
+@lru_cache(maxsize=20_000)
+def _greedy_walks(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]
+                  ) -> tuple[tuple[tuple[str, ...], ...], list[float], list[float]]:
+    """:func:`_greedy_chains`, walked from every start at once (arrays of k x k: 2-2.5x faster
+    than a walk per start from 20 clusters up, where these chains were 5% of a simulated
+    10,000-job run), with each chain's :func:`_chain_key` (thinnest boundary; summed negated
+    latency, added left to right as ``sum`` adds them, so the same floats)."""
     k = len(names)
     if k < 2:
-        return (names,)
+        return (names,), [math.inf], [0]
     # fig[a, b]: the figures of a -> b (names order); each row ranked widest first, then nearest,
     # then by name (lexsort's last key first: the same comparisons as sorting those tuples)
-    pairs = np.array(figures, dtype=float).reshape(k, k - 1, 2)
+    pairs = np.fromiter(itertools.chain.from_iterable(figures), dtype=float, count=2 * len(figures)).reshape(k, k - 1, 2)
     width, latency = np.zeros((k, k)), np.zeros((k, k))
     off = ~np.eye(k, dtype=bool)
     width[off], latency[off] = pairs[..., 0].ravel(), -pairs[..., 1].ravel()
@@ -384,7 +395,10 @@ def _greedy_chains(names: tuple[str, ...], figures: tuple[tuple[float, float], .
         here = np.where(used, k + 1, rank[here]).argmin(axis=1)
         used[starts, here] = True
         chains[:, step] = here
-    return tuple(tuple(names[i] for i in row) for row in chains.tolist())
+    a, b = chains[:, :-1], chains[:, 1:]
+    thinnest = width[a, b].min(axis=1).tolist()
+    summed = np.cumsum(-latency[a, b], axis=1)[:, -1].tolist()  # accumulate adds left to right
+    return tuple(tuple(names[i] for i in row) for row in chains.tolist()), thinnest, summed
 
 
 def _distinct(ranked: list[list[tuple[str, int]]], view: TopologyView) -> list[list[tuple[str, int]]]:

@@ -228,9 +228,11 @@ def test_the_best_order_of_up_to_six_clusters_is_the_first_best_of_every_order()
 
 
 def test_the_greedy_chains_walked_at_once_are_each_starts_own_walk():
-    """``_greedy_chains`` walks every start at once in arrays; each chain must be the walk from its
+    """``_greedy_walks`` walks every start at once in arrays; each chain must be the walk from its
     start alone: the next hop is the first cluster not yet chained in the current one's preference
-    order (widest, then nearest, then by name), on figures with many equal widths and latencies."""
+    order (widest, then nearest, then by name), on figures with many equal widths and latencies;
+    and each chain's key is ``_chain_key``'s, so the best order of more than six clusters is the
+    first best of the greedy chains."""
     rng = random.Random(11)
     for _ in range(300):
         k = rng.randint(1, 24)
@@ -246,4 +248,10 @@ def test_the_greedy_chains_walked_at_once_are_each_starts_own_walk():
                 chain.append(min((c for c in names if c not in chain),
                                  key=lambda c: (-link[here, c][0], -link[here, c][1], c)))
             want.append(tuple(chain))
-        assert spinsearch._greedy_chains.__wrapped__(names, figures) == tuple(want)
+        chains, thinnest, latency = spinsearch._greedy_walks.__wrapped__(names, figures)
+        assert chains == tuple(want)
+        if k >= 2:  # each chain's key, as _chain_key computes it (the same floats)
+            key = spinsearch._chain_key(link)
+            assert [key(c) for c in chains] == list(zip(thinnest, latency))
+            if k > spinsearch.EXHAUSTIVE_ORDER:
+                assert spinsearch._best_order.__wrapped__(names, figures) == max(chains, key=key)
