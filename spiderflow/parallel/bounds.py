@@ -47,13 +47,17 @@ warm-up forwards queued on thin links, the floor follows each stage's end as
 estimate computes it, and all of estimate's windows: with the adjacent pairs
 alone its median on the deep plans TPA estimated was 0.89 of their estimates
 (1,000 jobs of the 64-cluster trace), and TPA estimated three times as many;
-the windows in a Python loop made the bound 13% of a simulator run.
+the windows in a Python loop made the bound 13% of a simulator run. They are
+judged in numpy arrays, but up to ``SMALL_WINDOWS`` stages (28 windows) in a
+Python loop, where numpy's cost per call is most of the work. The memory levers
+come before the split's floors (:class:`MemoryFit`): half the candidates whose
+split TPA bounded recompute, and floors without the recomputation were about 6%
+under their estimates.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -72,6 +76,7 @@ from spiderflow.workload import (GRAD_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM
 # the levers TPA tries in turn when a stage does not fit: (zero1, recompute)
 MEMORY_VARIANTS = ((False, False), (True, False), (True, True))
 SAFETY = 1e-9  # relative margin for float rounding between the bound's sums and estimate's
+SMALL_WINDOWS = 8  # up to this many stages, a replica's windows are judged in a Python loop
 
 
 def _stage_params(layers: int, first: bool, last: bool, spec) -> int:
@@ -115,35 +120,43 @@ class MemoryFit:
                     if first.get(key, S) > i:
                         first[key] = i
                     i += 1
-        self.stages = [(tp, params, layers, i, last, have) for (tp, params, layers, last, have), i in first.items()]
-        self._act: dict[tuple, float] = {}
+        # per stage: its static memory without and with ZeRO-1 (stage_memory's operations)
+        statics = []
+        for zero1 in (False, True):
+            opt = OPTIMIZER_BYTES_PER_PARAM / (self.dp_group if zero1 else 1)
+            statics.append([params / tp * (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM + opt)
+                            for (tp, params, _, _, _), _ in first.items()])
+        self.stages = [(tp, layers, i, last, have, plain, sharded)
+                       for ((tp, _, layers, last, have), i), plain, sharded in zip(first.items(), *statics)]
+        self._act: dict[int, dict[int, tuple[float, float, float]]] = {}
 
-    def _layer_act(self, b: int, tp: int, recompute: bool) -> float:
-        key = (b, tp, recompute)
-        hit = self._act.get(key)
+    def _acts(self, b: int) -> dict[int, tuple[float, float, float]]:
+        """Per tp: a layer's activations for one micro-batch of ``b`` without and with
+        recomputation, and the last stage's logits."""
+        hit = self._act.get(b)
         if hit is None:
-            hit = self._act[key] = self.job.spec.layer_activation_bytes(b, self.job.seq_len, tp=tp,
-                                                                        recompute=recompute)
+            spec, seq = self.job.spec, self.job.seq_len
+            hit = self._act[b] = {tp: (spec.layer_activation_bytes(b, seq, tp=tp, recompute=False),
+                                       spec.layer_activation_bytes(b, seq, tp=tp, recompute=True),
+                                       b * seq * spec.vocab * 2 / tp)
+                                  for tp in {st[0] for st in self.stages}}
         return hit
 
     def variant(self, b: int, m: int) -> tuple[bool, bool] | None:
-        spec, seq, S = self.job.spec, self.job.seq_len, self.S
+        acts, S = self._acts(b), self.S
         for zero1, recompute in MEMORY_VARIANTS:
-            opt = OPTIMIZER_BYTES_PER_PARAM / (self.dp_group if zero1 else 1)
-            ok = True
-            for tp, params_int, layers, i, last, have in self.stages:
-                params = params_int / tp
-                static = params * (WEIGHT_BYTES_PER_PARAM + GRAD_BYTES_PER_PARAM + opt)
+            for tp, layers, i, last, have, plain, sharded in self.stages:
+                plain_act, recomputed_act, logits = acts[tp]
                 in_flight = min(S - i, m)
-                act = in_flight * layers * self._layer_act(b, tp, recompute)
                 if recompute:
-                    act += self._layer_act(b, tp, False)
+                    act = in_flight * layers * recomputed_act + plain_act
+                else:
+                    act = in_flight * layers * plain_act
                 if last:
-                    act += b * seq * spec.vocab * 2 / tp
-                if not (static + act) / GB <= have:
-                    ok = False
+                    act += logits
+                if not ((sharded if zero1 else plain) + act) / GB <= have:
                     break
-            if ok:
+            else:
                 return zero1, recompute
         return None
 
@@ -216,6 +229,17 @@ class _Replica:
         return alphas[j] - alphas[i], work[i] + seconds[j] - seconds[i], stages
 
     @cached_property
+    def few_windows(self) -> list[tuple[float, float, int]]:
+        """:attr:`windows` as a list, summed the same way (prefix sums added left to right)."""
+        S = len(self.work)
+        alphas = list(itertools.accumulate((f[0] + k[0] for f, k in zip(self.send_f[:-1], self.send_b[1:])),
+                                           initial=0.0))
+        seconds = list(itertools.accumulate((w + f[1] + k[1] for w, f, k in
+                                             zip(self.work[1:], self.send_f[:-1], self.send_b[1:])), initial=0.0))
+        return [(alphas[j] - alphas[i], self.work[i] + seconds[j] - seconds[i], j - i + 1)
+                for i in range(S) for j in range(i + 1, S)]
+
+    @cached_property
     def _scaled(self) -> dict:
         return {}
 
@@ -236,6 +260,12 @@ class _Replica:
         if m < 2:
             return period
         if every_window:
+            if len(self.work) <= SMALL_WINDOWS:  # a few windows: numpy's per-call cost is most of it
+                for alpha, seconds, stages in self.few_windows:
+                    t = (alpha + b * seconds) / (stages if stages < m else m)
+                    if t > period:
+                        period = t
+                return period
             alphas, seconds, stages = self.windows
             if len(stages):
                 period = max(period, float(np.max((alphas + b * seconds) / np.minimum(stages, m))))

@@ -37,6 +37,17 @@ class Shape:
     def depth(self) -> int:
         return sum(pp for _, _, pp in self.replicas[0])
 
+    def __hash__(self) -> int:
+        # TPA keys its per-shape floors on shapes: their nested tuples hashed once, not per look-up
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.replicas, self.dp))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # string hashes differ per process
+
 
 def powers_of_two(limit: int) -> list[int]:
     out, p = [], 1

@@ -39,7 +39,7 @@ from spiderflow.costmodel import (TopologyView, estimate, fits_memory, known_est
                                   note_estimate, note_prediction, predict, schedule_bounds)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.costmodel.network import Crowded
-from spiderflow.parallel.bounds import MemoryFit, QuickBound, ShapeBound, memory_variant, shape_channels, split_floors
+from spiderflow.parallel.bounds import MemoryFit, QuickBound, ShapeBound, shape_channels, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
 from spiderflow.parallel.shapes import Shape, enumerate_shapes
 from spiderflow.plan import Plan, Stage
@@ -61,6 +61,16 @@ def split_layers(layers: int, weights: Sequence[float]) -> list[int]:
     while sum(counts) > layers:
         i = max((j for j in range(n) if counts[j] > 1), key=lambda j: counts[j] - raw[j])
         counts[i] -= 1
+    short = layers - sum(counts)
+    if 0 < short <= n:
+        # Each layer short goes to the largest remainder raw - count (the first of equals); once
+        # given, a stage's remainder is below every other's (remainders are in [0, 1) here: the
+        # counts are raw's integer parts), so the ``short`` largest take one each, at once.
+        remainder = [r - c for r, c in zip(raw, counts)]
+        if min(remainder) >= 0.0:  # (a stable sort keeps the first of equals first)
+            for j in sorted(range(n), key=remainder.__getitem__, reverse=True)[:short]:
+                counts[j] += 1
+            return counts
     while sum(counts) < layers:
         i = max(range(n), key=lambda j: raw[j] - counts[j])
         counts[i] += 1
@@ -92,17 +102,6 @@ def _build(job: Job, shape: Shape, counts: list[int], b: int, m: int, *, zero1: 
         replicas.append(tuple(stages))
     return Plan(job=job, replicas=tuple(replicas), dp=shape.dp, micro_batch_size=b, micro_batches=m,
                 zero1=zero1, recompute=recompute)
-
-
-def _fit(job: Job, shape: Shape, b: int, m: int, view: TopologyView,
-         counts: list[int] | None = None) -> Plan | None:
-    """The shape's plan with the first memory levers under which it fits (None if none do)."""
-    counts = split_layers(job.spec.layers, _stage_speeds(shape, view)) if counts is None else counts
-    variant = memory_variant(job, shape, counts, b, m, view)
-    if variant is None:
-        return None
-    zero1, recompute = variant
-    return _build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
 
 
 def micro_batchings(job: Job, data_parallel: int) -> list[tuple[int, int]]:
