@@ -94,8 +94,13 @@ MICRO_BATCH_GUESS_SEQUENCES = 8  # proxy's guess of sequences per micro-batch ac
 
 
 def _speed(req: PlacementRequest, cluster: str) -> float:
-    prof = req.topology.cluster(cluster).profile
-    return prof.peak_tflops * 1e12 * req.calibration.gpu_efficiency.get(prof.name, prof.efficiency)
+    """FLOP/s of one GPU of ``cluster`` (memoised on the request's view: topology and calibration)."""
+    memo, key = req.topology_view()._memo, ("speed", cluster)
+    speed = memo.get(key)
+    if speed is None:
+        prof = req.topology.cluster(cluster).profile
+        speed = memo[key] = prof.peak_tflops * 1e12 * req.calibration.gpu_efficiency.get(prof.name, prof.efficiency)
+    return speed
 
 
 def proxy_time(job: Job, chain: list[tuple[str, int]], view: TopologyView, req: PlacementRequest) -> float:
