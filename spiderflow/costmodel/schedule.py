@@ -250,15 +250,26 @@ def steady_period(work: Sequence[float], send_f: Sequence[float], lat_f: Sequenc
 
 
 def estimate_1f1b(costs: list[StageCost], micro_batches: int) -> float:
-    m = micro_batches
     fwd, bwd, send_f, lat_f, send_b, lat_b = zip(*[(c.forward_s, c.backward_s, c.send_forward_s,
                                                     c.send_forward_latency_s, c.send_backward_s,
                                                     c.send_backward_latency_s) for c in costs])
-    period = steady_period(list(map(add, fwd, bwd)), send_f, lat_f, send_b, lat_b, m)
+    return estimate_columns(fwd, bwd, list(map(add, fwd, bwd)), send_f, lat_f, send_b, lat_b,
+                            [c.sync_s for c in costs], [c.sync_wan_s for c in costs], [c.sync_ring for c in costs],
+                            micro_batches)
+
+
+def estimate_columns(fwd: Sequence[float], bwd: Sequence[float], work: Sequence[float], send_f: Sequence[float],
+                     lat_f: Sequence[float], send_b: Sequence[float], lat_b: Sequence[float],
+                     sync_s: Sequence[float], wan_s: Sequence[float], rings: Sequence[tuple[str, ...]],
+                     m: int) -> float:
+    """:func:`estimate_1f1b` from its stages' figures, one sequence per figure (``work``: each
+    stage's forward + backward): the simulator's re-pricing keeps them so
+    (:class:`~spiderflow.costmodel.work.Repricer`)."""
+    period = steady_period(work, send_f, lat_f, send_b, lat_b, m)
     # each stage is ready to sync when its last backward ends: stages past a thin boundary end
     # early (the link paces the stages before it), and their syncs start then
     ready = last_backwards(fwd, bwd, send_f, lat_f, send_b, lat_b, period, m)
-    return max([ready[0], *sync_ends(costs, ready)])
+    return max([ready[0], *sync_ends_of(sync_s, wan_s, rings, ready)])
 
 
 def floor_1f1b(costs: list[StageCost], micro_batches: int) -> float:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from spiderflow.costmodel.network import TopologyView
-from spiderflow.costmodel.schedule import estimate_1f1b, last_backwards, steady_period, sync_ends_of
+from spiderflow.costmodel.schedule import estimate_1f1b, estimate_columns
 from spiderflow.costmodel.stages import StageCost, intra_sync_s, stage_compute_s, stage_params, wan_sync_s
 from spiderflow.plan import Plan
 from spiderflow.topology import Topology
@@ -180,7 +180,7 @@ def chains_crowd(chains: Sequence[Sequence[str]], topology: Topology) -> tuple[t
                 continue
             for a, b in ((s, t), (t, s)):
                 path = topology.path(a, b)
-                for hop in zip(path.clusters, path.clusters[1:]):
+                for hop in path.hop_pairs:
                     counts[hop] = counts.get(hop, 0) + 1
     return tuple(sorted((h, k) for h, k in counts.items() if k > 1))
 
@@ -279,9 +279,7 @@ class Repricer:
                 figures = _figures(w, view, channels)
                 for i in at:
                     send_f[i], lat_f[i], send_b[i], lat_b[i], wan[i], rings[i] = figures
-            period = steady_period(work, send_f, lat_f, send_b, lat_b, m)
-            ready = last_backwards(fwd, bwd, send_f, lat_f, send_b, lat_b, period, m)
-            t = max([ready[0], *sync_ends_of(sync, wan, rings, ready)])
+            t = estimate_columns(fwd, bwd, work, send_f, lat_f, send_b, lat_b, sync, wan, rings, m)
             if best is None or t > best:
                 best = t
         return best
