@@ -96,3 +96,36 @@ def test_golden_small_trace(request):
             w.writerows(rows)
     with open(golden, newline="") as fh:
         assert list(csv.DictReader(fh)) == rows
+
+
+def test_a_replay_makes_full_collections_rare_and_restores_the_thresholds(monkeypatch):
+    """The replay runs with at most one full garbage collection per FULL_COLLECTION_EVERY
+    middle-generation ones (the heap it grows made the defaults walk it dozens of times), and
+    gives the caller its own thresholds back, also when a replay fails."""
+    import gc
+
+    from spiderflow.simulate import engine
+
+    seen = []
+    schedule = engine.Simulation._schedule
+
+    def spy(self, now):
+        seen.append(gc.get_threshold())
+        return schedule(self, now)
+
+    def fail(self, now):
+        raise RuntimeError("planner broke")
+
+    old = gc.get_threshold()
+    try:
+        gc.set_threshold(500, 7, 3)
+        monkeypatch.setattr(engine.Simulation, "_schedule", spy)
+        simulate(two_sites(), [job(0, 8)], SimConfig(planner="blind"))
+        assert seen and set(seen) == {(500, 7, engine.FULL_COLLECTION_EVERY)}
+        assert gc.get_threshold() == (500, 7, 3)
+        monkeypatch.setattr(engine.Simulation, "_schedule", fail)
+        with pytest.raises(RuntimeError, match="planner broke"):
+            simulate(two_sites(), [job(0, 8)], SimConfig(planner="blind"))
+        assert gc.get_threshold() == (500, 7, 3)
+    finally:
+        gc.set_threshold(*old)
