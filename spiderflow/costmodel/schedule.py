@@ -42,20 +42,49 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from operator import add, sub, truediv
 
 from spiderflow.costmodel.stages import StageCost
 
 
-@dataclass(frozen=True)
 class Timeline:
-    """Per stage: list of (kind, micro_batch, start_s, end_s), kind 'F' | 'B' | 'S' (sync)."""
+    """The exact schedule of one iteration: when the pipeline and the last sync end, and per
+    stage its operations, (kind, micro_batch, start_s, end_s) with kind 'F' | 'B' | 'S' (sync).
 
-    ops: tuple[tuple[tuple[str, int, float, float], ...], ...]
-    pipeline_s: float  # last backward end
-    iteration_s: float  # last sync end
+    The operations are laid out when first read (the schedule is run again, recording them): the
+    planner compares iteration times alone, and a 64-stage plan of 1,024 micro-batches has
+    131,072 of them (recording them took 40% of its schedule's time)."""
+
+    __slots__ = ("pipeline_s", "iteration_s", "_costs", "_m", "_ends", "_ops")
+
+    def __init__(self, costs: Sequence[StageCost], micro_batches: int, free: list[float], ends: list[float]) -> None:
+        self.pipeline_s = max(free)  # last backward end
+        self.iteration_s = max([self.pipeline_s, *ends])  # last sync end
+        self._costs, self._m, self._ends = costs, micro_batches, (free, ends)
+        self._ops: tuple[tuple[tuple[str, int, float, float], ...], ...] | None = None
+
+    @property
+    def ops(self) -> tuple[tuple[tuple[str, int, float, float], ...], ...]:
+        if self._ops is None:
+            _, ops = _sweep(self._costs, self._m, record=True)
+            free, ends = self._ends
+            for i in range(len(ops)):
+                if ends[i] > free[i]:
+                    ops[i].append(("S", -1, free[i], ends[i]))
+            self._ops = tuple(tuple(o) for o in ops)
+        return self._ops
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timeline):
+            return NotImplemented
+        return (self.pipeline_s, self.iteration_s, self.ops) == (other.pipeline_s, other.iteration_s, other.ops)
+
+    def __hash__(self) -> int:
+        return hash((self.pipeline_s, self.iteration_s))
+
+    def __repr__(self) -> str:
+        return f"Timeline(pipeline_s={self.pipeline_s!r}, iteration_s={self.iteration_s!r})"
 
 
 @lru_cache(maxsize=512)
@@ -77,6 +106,13 @@ def one_f_one_b_order(stage: int, stages: int, micro_batches: int) -> list[tuple
 
 
 def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
+    free, _ = _sweep(costs, micro_batches, record=False)
+    return Timeline(costs, micro_batches, free, sync_ends(costs, free))
+
+
+def _sweep(costs: Sequence[StageCost], micro_batches: int, record: bool
+           ) -> tuple[list[float], list[list[tuple[str, int, float, float]]]]:
+    """Each stage's last backward end, and (``record``) its operations in order."""
     S, m = len(costs), micro_batches
     orders = [_order(i, S, m) for i in range(S)]
     fwd = [c.forward_s for c in costs]
@@ -139,7 +175,8 @@ def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
                         t0 = t_free if t_free > cb else cb
                         cb = t0 + sb - lb
                         br_prev[k] = t0 + sb
-                out.append((kind, k, start, t_free))
+                if record:
+                    out.append((kind, k, start, t_free))
                 p += 1
             if p != first:
                 remaining -= p - first
@@ -147,12 +184,7 @@ def simulate_1f1b(costs: list[StageCost], micro_batches: int) -> Timeline:
             pos[i], free[i], chan_f[i], chan_b[i] = p, t_free, cf, cb
         if not progressed:  # pragma: no cover - the 1F1B order is deadlock-free
             raise RuntimeError("1F1B schedule deadlocked")
-    pipeline = max(free)
-    ends = sync_ends(costs, free)
-    for i in range(S):
-        if ends[i] > free[i]:
-            ops[i].append(("S", -1, free[i], ends[i]))
-    return Timeline(tuple(tuple(o) for o in ops), pipeline, max([pipeline, *ends]))
+    return free, ops
 
 
 def sync_ends(costs: list[StageCost], ready: list[float]) -> list[float]:

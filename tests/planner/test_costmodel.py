@@ -106,6 +106,35 @@ def test_first_backwards_are_the_exact_schedules(stages, m):
     assert first_backwards(costs, m) == pytest.approx(exact, rel=1e-9, abs=1e-12)
 
 
+@given(st.lists(_stage, min_size=1, max_size=8), st.integers(1, 12), st.lists(st.floats(0.0, 5.0), min_size=8, max_size=8))
+def test_the_timelines_operations_laid_out_later_are_its_schedule(stages, m, syncs):
+    """The operations a timeline lays out when first read (the schedule run again, recording them)
+    are the schedule its times came from: each stage runs its 1F1B order, one operation at a time,
+    its last backward ends at its own ready time for the sync, the latest of them is ``pipeline_s``
+    and the last sync's end ``iteration_s``; an input is never used before it was produced."""
+    S = len(stages)
+    costs = [StageCost(f, f * r, sf if i < S - 1 else 0.0, sb if i > 0 else 0.0, syncs[i],
+                       send_forward_latency_s=(sf * lf) if i < S - 1 else 0.0,
+                       send_backward_latency_s=(sb * lb) if i > 0 else 0.0)
+             for i, (f, r, sf, lf, sb, lb) in enumerate(stages)]
+    tl = simulate_1f1b(costs, m)
+    pipeline, iteration = tl.pipeline_s, tl.iteration_s
+    ops = tl.ops
+    assert tl.ops is ops  # laid out once
+    for i, stage in enumerate(ops):
+        work = [op for op in stage if op[0] != "S"]
+        assert [op[:2] for op in work] == one_f_one_b_order(i, S, m)
+        assert all(a[3] <= b[2] for a, b in zip(stage, stage[1:]))
+        assert all(end - start == pytest.approx(costs[i].forward_s if kind == "F" else costs[i].backward_s)
+                   for kind, _, start, end in work)
+        if i:  # forward k on stage i starts after stage i-1's forward k and its send
+            ends = {k: end for kind, k, _, end in ops[i - 1] if kind == "F"}
+            assert all(start >= ends[k] + costs[i - 1].send_forward_s - 1e-9 for kind, k, start, _ in work if kind == "F")
+    assert max(max(op[3] for op in stage if op[0] == "B") for stage in ops) == pipeline
+    assert max([pipeline, *(op[3] for stage in ops for op in stage if op[0] == "S")]) == iteration
+    assert tl == simulate_1f1b(costs, m)
+
+
 def test_estimate_counts_the_warm_up_forwards_queued_on_a_thin_link():
     """16 stages, boundary 3 -> 4 a thin link (2 s a transfer, 50 ms of it latency), m = 64: stage 4
     starts its first backward only after its 11 warm-up forwards and one more crossed that link one
