@@ -88,8 +88,9 @@ class Timeline:
 
 
 @lru_cache(maxsize=512)
-def _order(stage: int, stages: int, micro_batches: int) -> tuple[tuple[str, int], ...]:
-    return tuple(one_f_one_b_order(stage, stages, micro_batches))
+def _order(stage: int, stages: int, micro_batches: int) -> tuple[int, ...]:
+    """:func:`one_f_one_b_order` coded for the sweep: k for F(k), -1 - k for B(k)."""
+    return tuple(k if kind == "F" else -1 - k for kind, k in one_f_one_b_order(stage, stages, micro_batches))
 
 
 def one_f_one_b_order(stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
@@ -153,8 +154,8 @@ def _sweep(costs: Sequence[StageCost], micro_batches: int, record: bool
             fw, bw, sf, lf, sb, lb = fwd[i], bwd[i], send_f[i], lat_f[i], send_b[i], lat_b[i]
             cf, cb = chan_f[i], chan_b[i]
             while p < n:
-                kind, k = order[p]
-                if kind == "F":
+                k = order[p]
+                if k >= 0:  # F(k)
                     ready = fr[k]
                     if ready is None:
                         break
@@ -165,7 +166,8 @@ def _sweep(costs: Sequence[StageCost], micro_batches: int, record: bool
                         t0 = t_free if t_free > cf else cf
                         cf = t0 + sf - lf
                         fr_next[k] = t0 + sf
-                else:
+                else:  # B(-1 - k)
+                    k = -1 - k
                     ready = fe[k] if i == last else br[k]
                     if ready is None:
                         break
@@ -176,7 +178,7 @@ def _sweep(costs: Sequence[StageCost], micro_batches: int, record: bool
                         cb = t0 + sb - lb
                         br_prev[k] = t0 + sb
                 if record:
-                    out.append((kind, k, start, t_free))
+                    out.append(("F" if order[p] >= 0 else "B", k, start, t_free))
                 p += 1
             if p != first:
                 remaining -= p - first
