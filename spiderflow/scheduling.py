@@ -73,6 +73,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import chain
 
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, estimate, estimate_memo
 from spiderflow.errors import InfeasiblePlan
@@ -153,12 +154,8 @@ class JobRecord:
 
 def link_load(records: Iterable[JobRecord]) -> dict[tuple[str, str], float]:
     """Flows per link of these jobs' routes (a running job's WAN load, as the planner is told it)."""
-    load: Counter = Counter()
-    for rec in records:
-        for route in rec.routes:
-            for key in route:
-                load[key] += 1
-    return dict(load)
+    # every route's links counted in C, in the order the loops over jobs, routes and links meet them
+    return dict(Counter(chain.from_iterable(chain.from_iterable(rec.routes for rec in records))))
 
 
 def fixed_plan(plan: Plan, name: str = "fixed") -> Strategy:
