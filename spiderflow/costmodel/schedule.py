@@ -61,7 +61,7 @@ class Timeline:
     def __init__(self, costs: Sequence[StageCost], micro_batches: int, free: list[float], ends: list[float]) -> None:
         self.pipeline_s = max(free)  # last backward end
         self.iteration_s = max([self.pipeline_s, *ends])  # last sync end
-        self._costs, self._m, self._ends = costs, micro_batches, (free, ends)
+        self._costs, self._m, self._ends = tuple(costs), micro_batches, (free, ends)  # a copy: laid out later
         self._ops: tuple[tuple[tuple[str, int, float, float], ...], ...] | None = None
 
     @property
