@@ -566,12 +566,19 @@ class QuickBound:
         return max(per_ring.values(), default=0.0)
 
     def bound(self, b: int, m: int) -> float:
+        # (comparisons, not max() and min() calls: TPA asks this of every candidate it pops)
         best = 0.0
         for work, busiest, widest, alpha_sum, bytes_sum, back_alpha, back_bytes, windows in self.replicas:
-            period = b * max(busiest, widest)
+            period = b * (busiest if busiest >= widest else widest)
             if m >= 2:
                 for alpha, slope, stages in windows:
-                    period = max(period, (alpha + b * slope) / min(stages, m))
+                    t = (alpha + b * slope) / (stages if stages <= m else m)
+                    if t > period:
+                        period = t
             fill = (m - 1) * period + alpha_sum + b * bytes_sum
-            best = max(best, fill + back_alpha + b * back_bytes + b * work, fill + self.ring_s)
+            t, ring = fill + back_alpha + b * back_bytes + b * work, fill + self.ring_s
+            if ring > t:
+                t = ring
+            if t > best:
+                best = t
         return best * (1 - SAFETY)
