@@ -235,12 +235,14 @@ def _first_backwards(fwd: Sequence[float], bwd: Sequence[float], send_f: Sequenc
         f = fwd[j]
         if f > slowest:
             slowest = f
-        first[j] = arrive + f + min(S - 1 - j, m - 1) * slowest  # end of its last warm-up forward
+        first[j] = arrive + f + (S - 1 - j if S - 1 - j < m - 1 else m - 1) * slowest  # end of its last warm-up forward
         arrive += f + send_f[j]
         if send_f[j] - lat_f[j] > slowest:
             slowest = send_f[j] - lat_f[j]
     for j in range(S - 2, -1, -1):
-        first[j] = max(first[j], first[j + 1] + bwd[j + 1] + send_b[j + 1])
+        t = first[j + 1] + bwd[j + 1] + send_b[j + 1]
+        if t > first[j]:
+            first[j] = t
     return first
 
 
@@ -257,12 +259,13 @@ def last_backwards(fwd: Sequence[float], bwd: Sequence[float], send_f: Sequence[
     ready = _first_backwards(fwd, bwd, send_f, lat_f, send_b, m)
     later = 0.0
     for i in range(S - 1, -1, -1):
-        cool = min(S - 1 - i, m - 1)
+        cool = S - 1 - i if S - 1 - i < m - 1 else m - 1
         drain = bwd[i]
         if i + 1 < S and send_b[i + 1] - lat_b[i + 1] > drain:
             drain = send_b[i + 1] - lat_b[i + 1]
-        steady = (m - 1 - cool) * period + cool * min(drain, period)
-        later = ready[i] = max(ready[i] + steady, later) + bwd[i]
+        steady = (m - 1 - cool) * period + cool * (drain if drain <= period else period)
+        t = ready[i] + steady
+        later = ready[i] = (t if t >= later else later) + bwd[i]
         later += send_b[i]
     return ready
 

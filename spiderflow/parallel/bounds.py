@@ -147,7 +147,7 @@ class MemoryFit:
         for zero1, recompute in MEMORY_VARIANTS:
             for tp, layers, i, last, have, plain, sharded in self.stages:
                 plain_act, recomputed_act, logits = acts[tp]
-                in_flight = min(S - i, m)
+                in_flight = S - i if S - i < m else m
                 if recompute:
                     act = in_flight * layers * recomputed_act + plain_act
                 else:
@@ -273,7 +273,9 @@ class _Replica:
         _, _, sf, _, sb, _ = self.scaled(b)
         work = self.work
         for j in range(len(work) - 1):  # estimate's window over stages j..j+1
-            period = max(period, (b * work[j] + b * work[j + 1] + sf[j] + sb[j + 1]) / 2)
+            t = (b * work[j] + b * work[j + 1] + sf[j] + sb[j + 1]) / 2
+            if t > period:
+                period = t
         return period
 
     def recomputing(self) -> "_Replica":
@@ -362,7 +364,12 @@ class ShapeBound:
             replicas = self._recomputing
         else:
             replicas = self.replicas
-        return max(self._replica_bound(r, b, m, every_window) for r in replicas) * (1 - SAFETY)
+        best = self._replica_bound(replicas[0], b, m, every_window)
+        for r in replicas[1:]:
+            t = self._replica_bound(r, b, m, every_window)
+            if t > best:
+                best = t
+        return best * (1 - SAFETY)
 
     @staticmethod
     def _replica_bound(r: _Replica, b: int, m: int, every_window: bool) -> float:
@@ -395,7 +402,8 @@ class ShapeBound:
             after = 0.0
             for t, wan in sorted(phases, reverse=True):
                 after += wan
-                best = max(best, t + after)
+                if t + after > best:
+                    best = t + after
         return best
 
 

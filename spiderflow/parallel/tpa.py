@@ -266,7 +266,8 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
         if level == 0:
             if shape not in quick:
                 quick[shape] = QuickBound(job, shape, view, channel(shape))
-            heapq.heappush(heap, (max(bound, quick[shape].bound(b, m)), index, 1, shape, b, m))
+            floor = quick[shape].bound(b, m)
+            heapq.heappush(heap, (floor if floor > bound else bound, index, 1, shape, b, m))
             continue
         if shape not in splits:
             counts = split_layers(job.spec.layers, _stage_speeds(shape, view))
@@ -281,15 +282,15 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
             key = shape, variant[1]
             if key not in split_quick:
                 split_quick[key] = quick[shape].split(counts, recompute=variant[1])
-            heapq.heappush(heap, (max(bound, split_quick[key].bound(b, m)), index, 2, shape, b, m))
+            floor = split_quick[key].bound(b, m)
+            heapq.heappush(heap, (floor if floor > bound else bound, index, 2, shape, b, m))
             continue
         zero1, recompute = levers[index]
         if shape not in floors_of:
             floors_of[shape] = ShapeBound(job, shape, counts, view, channel(shape))
-        floor = floors_of[shape]
         if level < 4:  # its split's floor with the adjacent windows of stages, then with every window
-            heapq.heappush(heap, (max(bound, floor.bound(b, m, recompute=recompute, every_window=level == 3)),
-                                  index, level + 1, shape, b, m))
+            floor = floors_of[shape].bound(b, m, recompute=recompute, every_window=level == 3)
+            heapq.heappush(heap, (floor if floor > bound else bound, index, level + 1, shape, b, m))
             continue
         plan = _build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
         item = (-estimate(plan, view), -index, plan)
