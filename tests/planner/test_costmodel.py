@@ -135,6 +135,26 @@ def test_the_timelines_operations_laid_out_later_are_its_schedule(stages, m, syn
     assert tl == simulate_1f1b(costs, m)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 70), st.sampled_from((1, 2, 5, 16, 64, 1024)), st.randoms(use_true_random=False))
+def test_the_period_summed_in_numpy_is_the_periods_float(S, m, rnd):
+    """From NUMPY_PERIOD stages up the steady period's round trips are summed in numpy arrays: the
+    same float as the Python loop (sums left to right, one division each), thin links or not."""
+    from spiderflow.costmodel import schedule
+
+    work = [rnd.uniform(0.01, 3.0) for _ in range(S)]
+    send_f = [rnd.choice((0.0, 1e-3, 2.5)) * rnd.random() for _ in range(S)]
+    send_b = [rnd.choice((0.0, 1e-3, 2.5)) * rnd.random() for _ in range(S)]
+    lat_f, lat_b = [x * rnd.random() for x in send_f], [x * rnd.random() for x in send_b]
+    fast = schedule.steady_period(work, send_f, lat_f, send_b, lat_b, m)
+    saved = schedule.NUMPY_PERIOD
+    try:
+        schedule.NUMPY_PERIOD = 10**9
+        assert fast == schedule.steady_period(work, send_f, lat_f, send_b, lat_b, m)
+    finally:
+        schedule.NUMPY_PERIOD = saved
+
+
 def test_estimate_counts_the_warm_up_forwards_queued_on_a_thin_link():
     """16 stages, boundary 3 -> 4 a thin link (2 s a transfer, 50 ms of it latency), m = 64: stage 4
     starts its first backward only after its 11 warm-up forwards and one more crossed that link one
