@@ -489,13 +489,17 @@ class QuickBound:
                     bytes_sum += (pp - 1) * group / chan.bytes_per_s
                     back_alpha += (pp - 1) * chan.alpha_s
                     back_bytes += (pp - 1) * group / chan.bytes_per_s
-                    widest = max(widest, group / chan.bytes_per_s)
+                    t = group / chan.bytes_per_s
+                    if t > widest:
+                        widest = t
                 if j + 1 < len(rep):  # the WAN boundary to the next segment
                     chan = channel.get(view, cluster, rep[j + 1][0])
                     back = channel.get(view, rep[j + 1][0], cluster)
                     alpha_sum += chan.alpha_s
                     bytes_sum += shape.dp * group / chan.bytes_per_s
-                    widest = max(widest, shape.dp * group / chan.bytes_per_s)
+                    t = shape.dp * group / chan.bytes_per_s
+                    if t > widest:
+                        widest = t
                     back_alpha += back.alpha_s
                     back_bytes += shape.dp * group / back.bytes_per_s
                     wan.append((chan.alpha_s + back.alpha_s,
@@ -528,7 +532,9 @@ class QuickBound:
                     mine = counts[i:i + pp]
                     ends.append((mine[0], mine[-1]))
                     work += sum(mine) * cost
-                    busiest = max(busiest, max(mine) * cost)
+                    t = max(mine) * cost
+                    if t > busiest:
+                        busiest = t
                     i += pp
             work += passes * self.hf / segments[-1][0]
             # estimate's window over the two stages across each WAN boundary, and over every stage:
