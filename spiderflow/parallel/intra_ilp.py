@@ -132,6 +132,7 @@ def solve_intra(p: IntraProblem) -> IntraSolution | None:
     allocation reaches (each further layer to the lowest-numbered of the stages it leaves
     fastest)."""
     spec = MODELS[p.model]
+    # the memory row's right-hand side as solve_intra_milp writes it (cap / GB): the same float
     cap = gpu_profile(p.gpu).memory_gb * USABLE_FRACTION * GB / GB
     best = None
     for tp, pp in segment_options(p.gpus, p.dp, p.gpus_per_node, spec):
