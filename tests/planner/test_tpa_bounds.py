@@ -255,7 +255,7 @@ def _finalize_exact(plan, view):
 
 def test_finalize_decides_as_with_exact_figures(monkeypatch):
     monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
-    refined = 0
+    refined = same = 0
     cases = list(_cases(7, 10))
     topo = cases[0][2].topology
     for i, c in enumerate(topo.clusters[:6]):  # one cluster each: compute-bound, where the ILP is asked
@@ -270,7 +270,10 @@ def test_finalize_decides_as_with_exact_figures(monkeypatch):
         want = _finalize_exact(plan, TopologyView(topology=view.topology, link_load=view.link_load))
         assert tpa.finalize(plan, view) == want
         refined += want != plan
+        again = tpa.refine_intra(plan, view)
+        same += again is not None and again.replicas == plan.replicas
     assert refined  # the cases include plans the ILP improves
+    assert same  # and plans it splits as they are (finalize keeps them without the exact schedule)
 
 
 def _split_one_at_a_time(layers, weights):
