@@ -210,7 +210,7 @@ class _Replica:
 
     @classmethod
     def of(cls, work, bwd, fwd, send_f, send_b, sync_s, wan) -> "_Replica":
-        peak = max(max(work), max(f[1] for f in send_f), max(k[1] for k in send_b))
+        peak = max(max(work), max([f[1] for f in send_f]), max([k[1] for k in send_b]))
         return cls(work, bwd, fwd, send_f, send_b, sync_s, wan, peak)
 
     @cached_property

@@ -56,8 +56,8 @@ def split_layers(layers: int, weights: Sequence[float]) -> list[int]:
     if n > layers:
         raise ValueError(f"{n} stages for {layers} layers")
     total = sum(weights)
-    raw = [max(1.0, layers * w / total) for w in weights]
-    counts = [max(1, int(x)) for x in raw]
+    raw = [x if x > 1.0 else 1.0 for x in (layers * w / total for w in weights)]  # max(1.0, x), no call
+    counts = [int(x) for x in raw]  # each >= 1: raw is
     while sum(counts) > layers:
         i = max((j for j in range(n) if counts[j] > 1), key=lambda j: counts[j] - raw[j])
         counts[i] -= 1
