@@ -143,6 +143,7 @@ def _grow(req: PlacementRequest, seed: str, view: TopologyView, rule: str) -> li
     near = {n for n, _ in topo.neighbours(seed) if n in allowed and n != seed}  # graph neighbours not taken
     # per cluster: the widest (then nearest) channel from the set to it, over the first n chosen
     reach: dict[str, tuple[tuple[float, float], int]] = {}
+    memo = view._memo
     while have < need:
         frontier = near or allowed - taken
         if not frontier:
@@ -151,7 +152,7 @@ def _grow(req: PlacementRequest, seed: str, view: TopologyView, rule: str) -> li
         def attach(c: str) -> tuple:
             best, seen = reach.get(c, ((-math.inf, 0.0), 0))
             for m in chosen[seen:]:  # only the clusters chosen since c was last looked at
-                ch = view.p2p(m, c)
+                ch = memo.get(("p2p", m, c)) or view.p2p(m, c)  # (view.p2p's memo, without the call)
                 if (ch.bytes_per_s, -ch.alpha_s) > best:
                     best = (ch.bytes_per_s, -ch.alpha_s)
             reach[c] = best, len(chosen)
@@ -216,8 +217,9 @@ def _order(names: list[str], view: TopologyView) -> list[str]:
 
 def _figures(names: tuple[str, ...], view: TopologyView) -> tuple[tuple[float, float], ...]:
     """(bandwidth, -latency) of every ordered pair of ``names``, in ``names`` x ``names`` order."""
+    memo, p2p = view._memo, view.p2p  # the view's memo read here: a hit costs no call (346,000 on 2,749 calls)
     return tuple((ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
-                 for ch in (view.p2p(a, b),))
+                 for ch in (memo.get(("p2p", a, b)) or p2p(a, b),))
 
 
 def _links(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> dict:
