@@ -78,7 +78,7 @@ from itertools import chain
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, estimate, estimate_memo, known_estimate, note_estimate
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import PLANNERS, Placement, PlacementRequest
-from spiderflow.placement.base import Strategy
+from spiderflow.placement.base import Strategy, shared_view
 from spiderflow.plan import Plan
 from spiderflow.simulate.flows import plan_routes
 from spiderflow.topology import Topology
@@ -197,6 +197,29 @@ class _Reservation:
     topology: Topology | None = None
 
 
+class _Moment:
+    """What is free and loaded at one moment (:meth:`Scheduler._moment`): the running jobs gone by
+    then, the free GPUs per cluster and the others' link load (read-only), with the planner memo's
+    key of that state and its shared view made once, when first asked."""
+
+    __slots__ = ("gone", "free", "load", "_key", "_view")
+
+    def __init__(self, gone: list[JobRecord], free: dict[str, int], load: dict[tuple[str, str], float]) -> None:
+        self.gone, self.free, self.load, self._key, self._view = gone, free, load, None, None
+
+    def key(self) -> tuple:
+        if self._key is None:
+            self._key = (tuple(self.free.items()), frozenset(self.load.items()))
+        return self._key
+
+    def view(self, topology: Topology, calibration: Calibration):
+        """``shared_view`` of this state (its topology and calibration are the scheduler's until
+        ``set_network``, which forgets every moment)."""
+        if self._view is None:
+            self._view = shared_view(topology, calibration, self.load)
+        return self._view
+
+
 class Scheduler:
     def __init__(self, topology: Topology, config: SchedulerConfig,
                  hosts_per_cluster: dict[str, int] | None = None) -> None:
@@ -295,7 +318,7 @@ class Scheduler:
         if res is None:
             return False
         running = self._running_ids()
-        free = self._moment(res.at_s)[1]
+        free = self._moment(res.at_s).free
         if (now < res.at_s and res.topology is self.topo and all(j in running for j in rec.waits_for)
                 and all(free[c] >= g for c, g in res.gpus.items())):
             return True
@@ -308,17 +331,21 @@ class Scheduler:
     def _all_free(self) -> bool:
         return not self.running and not self.impaired
 
-    def _request(self, job: Job, free: dict[str, int], load: dict) -> PlacementRequest:
+    def _request(self, job: Job, free: dict[str, int], load: dict, moment: _Moment | None = None) -> PlacementRequest:
         cfg = self.cfg
-        return PlacementRequest(job=job, topology=self.topo, free_gpus=dict(free), link_load=load,
-                                calibration=cfg.calibration, seed=cfg.seed, time_limit_s=cfg.time_limit_s,
-                                search_budget=cfg.search_budget)
+        req = PlacementRequest(job=job, topology=self.topo, free_gpus=dict(free), link_load=load,
+                               calibration=cfg.calibration, seed=cfg.seed, time_limit_s=cfg.time_limit_s,
+                               search_budget=cfg.search_budget)
+        if moment is not None:  # what its topology_view() would return: the moment's, its load hashed once
+            req.__dict__["_topology_view"] = moment.view(self.topo, cfg.calibration)
+        return req
 
-    def _place(self, rec: JobRecord, req: PlacementRequest) -> Placement:
-        """The strategy's answer, its wall time added to the job's overhead (InfeasiblePlan passes)."""
+    def _place(self, rec: JobRecord, req: PlacementRequest, moment: _Moment | None = None) -> Placement:
+        """The strategy's answer, its wall time added to the job's overhead (InfeasiblePlan passes).
+        ``moment``: the state ``req`` was made from (its memo key computed once)."""
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            placement = self._planned(req)
+            placement = self._planned(req, moment)
             if self.down:
                 dead = crosses(plan_routes(placement.plan, self.topo), self.down)
                 if dead is not None:
@@ -328,7 +355,7 @@ class Scheduler:
             rec.overhead_s += time.perf_counter() - t0
             rec.overhead_cpu_s += time.thread_time() - c0
 
-    def _planned(self, req: PlacementRequest) -> Placement:
+    def _planned(self, req: PlacementRequest, moment: _Moment | None = None) -> Placement:
         """The strategy's answer to ``req``; a deterministic planner's is memoised on the job's shape
         and the state it was asked about (topology, free GPUs, link load). Admission asks about the
         same states again and again (what will be free when the next jobs end; jobs of one shape
@@ -336,8 +363,9 @@ class Scheduler:
         if self._memo is None:
             return self._strategy(req)
         job = req.job
-        key = (self._strategy, job.model, job.gpus, job.global_batch, job.seq_len, id(req.topology),
-               tuple(req.free_gpus.items()), frozenset(req.link_load.items()), req.allowed)
+        state = moment.key() if moment is not None else (tuple(req.free_gpus.items()), frozenset(req.link_load.items()))
+        key = (self._strategy, job.model, job.gpus, job.global_batch, job.seq_len, id(req.topology), *state,
+               req.allowed)
         hit = self._memo.get(key)
         if hit is None:
             try:
@@ -377,9 +405,10 @@ class Scheduler:
             return False
         if job.gpus > sum(self.free.values()):
             return False
-        req = self._request(job, self.free, self._moment(None)[2])
+        moment = self._moment(None)
+        req = self._request(job, self.free, moment.load, moment)
         try:
-            placement = self._place(rec, req)
+            placement = self._place(rec, req, moment)
         except InfeasiblePlan as exc:
             if self._all_free() and not isinstance(exc, RouteDown):
                 self._reject(rec, str(exc))
@@ -416,7 +445,7 @@ class Scheduler:
                 free[c] += g
         return free
 
-    def _moment(self, t: float | None) -> tuple[list[JobRecord], dict[str, int], dict[tuple[str, str], float]]:
+    def _moment(self, t: float | None) -> _Moment:
         """The running jobs expected to have ended by ``t``, the free GPUs per cluster and the link
         load of the others then (None: now, with every running job's load). Kept until the running
         jobs change or the next pass: each look-ahead, kept reservation and reservation check asks
@@ -434,7 +463,7 @@ class Scheduler:
             else:
                 gone = self._ending_by(t)
                 staying = [r for r in self.running if r.expected_end_s is None or r.expected_end_s > t]
-            hit = self._moments[t] = (gone, self._free_after(gone), link_load(staying))
+            hit = self._moments[t] = _Moment(gone, self._free_after(gone), link_load(staying))
         return hit
 
     def _running_ids(self) -> set[str]:
@@ -506,10 +535,11 @@ class Scheduler:
             t = max(t, now)
             if t + (1 + weight) * alone >= min(best[0] if best else cost_now, cost_now - WAIT_MARGIN * run_now):
                 break  # it cannot cost less than that from here on, even with the topology to itself
-            gone, free, load = self._moment(t)  # (the rest's load)
-            later_req = self._request(rec.job, free, load)
+            moment = self._moment(t)  # (the rest's load)
+            gone = moment.gone
+            later_req = self._request(rec.job, moment.free, moment.load, moment)
             try:
-                later = self._place(rec, later_req)
+                later = self._place(rec, later_req, moment)
             except InfeasiblePlan:
                 continue
             if self.hosts_per_cluster is not None:
@@ -547,7 +577,7 @@ class Scheduler:
         for res in self._reservations:
             if end <= res.at_s:
                 continue  # done before the waiting job's expected start
-            free = self._moment(res.at_s)[1]
+            free = self._moment(res.at_s).free
             if any(free[c] - use.get(c, 0) < g for c, g in res.gpus.items()):
                 rec.admission = (f"waits: starting now would delay {res.holder}, which waits for GPUs "
                                  f"expected free at {res.at_s:.6g} s")

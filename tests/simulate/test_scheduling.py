@@ -339,3 +339,27 @@ def test_spinsearch_answers_are_reused_for_a_job_of_the_same_shape_in_the_same_s
     for rec in (first, second):
         blind._place(rec, blind._request(rec.job, free, {}))
     assert len(blind_calls) == 2
+
+
+def test_a_moment_is_counted_once_and_forgotten_when_running_jobs_or_free_gpus_change():
+    """What is free and loaded at a moment is kept for the look-aheads and reservation checks that
+    ask about it again, and counted afresh once a job starts or ends, or a driver changes the free
+    GPUs itself (capacity events do)."""
+    topo = two_sites()
+    sched = Scheduler(topo, SchedulerConfig(planner="blind"))
+    (rec,) = _records([job(0, 16)])
+    sched._commit(rec, sched._place(rec, sched._request(rec.job, sched.free, {})), {})
+    rec.expected_end_s = 100.0
+    now = sched._moment(None)
+    assert now is sched._moment(None)
+    assert now.free == {"a": 0, "b": 0} and now.load == sched.link_load() and now.load  # its flows cross the link
+    later = sched._moment(100.0)
+    assert later.gone == [rec] and later.free == {"a": 8, "b": 8} and later.load == {}
+    assert sched._moment(99.0).gone == [] and sched._moment(99.0).load == now.load
+    req = sched._request(rec.job, later.free, later.load, later)
+    assert req.topology_view() is later.view(topo, sched.cfg.calibration)
+    assert later.key() == (tuple(req.free_gpus.items()), frozenset(req.link_load.items()))
+    sched.release(rec)
+    assert sched._moment(None).free == {"a": 8, "b": 8} and sched._moment(None).load == {}
+    sched.free["b"] = 4  # GPUs withdrawn by the driver, outside the scheduler
+    assert sched._moment(None).free == {"a": 8, "b": 4}
