@@ -197,6 +197,11 @@ class _Reservation:
     topology: Topology | None = None
 
 
+def _state_key(free: dict[str, int], load: dict[tuple[str, str], float]) -> tuple:
+    """The planner memo's key of a state: free GPUs per cluster and link load."""
+    return tuple(free.items()), frozenset(load.items())
+
+
 class _Moment:
     """What is free and loaded at one moment (:meth:`Scheduler._moment`): the running jobs gone by
     then, the free GPUs per cluster and the others' link load (read-only), with the planner memo's
@@ -209,7 +214,7 @@ class _Moment:
 
     def key(self) -> tuple:
         if self._key is None:
-            self._key = (tuple(self.free.items()), frozenset(self.load.items()))
+            self._key = _state_key(self.free, self.load)
         return self._key
 
     def view(self, topology: Topology, calibration: Calibration):
@@ -236,15 +241,18 @@ class Scheduler:
         self.down: frozenset = frozenset()  # keys of links that are down (set_network)
         self.impaired = False  # links down or GPUs withdrawn: the empty topology is not all there
         self._memo: OrderedDict | None = OrderedDict() if config.planner in DETERMINISTIC else None
-        # What is free and loaded at a moment (:meth:`_moment`), until the running jobs change
-        self._moments: dict = {}
+        # What is free and loaded at a moment (:meth:`_moment`), until the running jobs or free GPUs
+        # change: the moments, the free GPUs they were counted on, the running jobs' ids
+        self._moments: dict[float | None, _Moment] = {}
+        self._moments_free: tuple[int, ...] | None = None
+        self._ids: set[str] | None = None
 
     def set_network(self, topology: Topology, down: Iterable[tuple[str, str]] = ()) -> None:
         """Plan on ``topology`` (the links' current figures) from now on; no route may cross ``down``."""
         if topology is not self.topo and self._memo is not None:
             self._memo.clear()  # keyed on the topology's identity
         self.topo, self.down = topology, frozenset(down)
-        self._moments.clear()
+        self._forget_moments()
 
     # ------------------------------------------------------------------ state
     def link_load(self) -> dict[tuple[str, str], float]:
@@ -254,7 +262,7 @@ class Scheduler:
     def release(self, rec: JobRecord) -> None:
         """``rec`` stopped running (done, failed, interrupted): its GPUs and hosts are free again."""
         self.running.remove(rec)
-        self._moments.clear()
+        self._forget_moments()
         for c, g in rec.placement.items():
             self.free[c] += g
         if self.free_hosts is not None:
@@ -277,7 +285,7 @@ class Scheduler:
         clock passes the next event)."""
         changed = self._pass_changed = []
         self._reservations: list[_Reservation] = []
-        self._moments.clear()  # the driver may have moved expected ends or free GPUs since the last pass
+        self._forget_moments()  # the driver may have moved expected ends or free GPUs since the last pass
         queued = self._pass = list(queued)
         self._pass_queued = None  # counted only if admission asks (on a deep queue, 7% of a --no-wait run)
         for rec in queued:
@@ -363,7 +371,7 @@ class Scheduler:
         if self._memo is None:
             return self._strategy(req)
         job = req.job
-        state = moment.key() if moment is not None else (tuple(req.free_gpus.items()), frozenset(req.link_load.items()))
+        state = moment.key() if moment is not None else _state_key(req.free_gpus, req.link_load)
         key = (self._strategy, job.model, job.gpus, job.global_batch, job.seq_len, id(req.topology), *state,
                req.allowed)
         hit = self._memo.get(key)
@@ -453,9 +461,9 @@ class Scheduler:
         eighth of the run (10,000 jobs of the 600 s-gap trace, its later half). Read-only. (A driver
         that changes the free GPUs itself, as capacity events do, is seen: the snapshot is checked.)"""
         free = tuple(self.free.values())
-        if self._moments.get("free") != free:
-            self._moments.clear()
-            self._moments["free"] = free
+        if free != self._moments_free:
+            self._forget_moments()
+            self._moments_free = free
         hit = self._moments.get(t)
         if hit is None:
             if t is None:
@@ -468,10 +476,13 @@ class Scheduler:
 
     def _running_ids(self) -> set[str]:
         """The running jobs' ids (kept as :meth:`_moment`'s moments are)."""
-        hit = self._moments.get("ids")
-        if hit is None:
-            hit = self._moments["ids"] = {r.job.job_id for r in self.running}
-        return hit
+        if self._ids is None:
+            self._ids = {r.job.job_id for r in self.running}
+        return self._ids
+
+    def _forget_moments(self) -> None:
+        self._moments.clear()
+        self._moments_free = self._ids = None
 
     def _alone_run_s(self, rec: JobRecord) -> float:
         """Predicted run time of ``rec`` planned on the current topology with every GPU free and no
@@ -604,7 +615,7 @@ class Scheduler:
 
     def _commit(self, rec: JobRecord, placement: Placement, need: dict[str, int]) -> None:
         plan = placement.plan
-        self._moments.clear()
+        self._forget_moments()
         for c, g in plan.placement.items():
             self.free[c] -= g
         for c, k in need.items():
