@@ -75,6 +75,18 @@ class TopologyView:
         frac = lowest / path.bandwidth_gbps
         return Channel(alpha + self.calibration.per_message_overhead_s, base_gbps * frac * GBPS)
 
+    def figures(self, names: tuple[str, ...]) -> tuple[tuple[float, float], ...]:
+        """``(bytes_per_s, -alpha_s)`` of :meth:`p2p` for every ordered pair of distinct ``names``, in
+        ``names`` x ``names`` order (memoised per ``names``): what SpinSearch's chain orders read of a
+        set of clusters, and TPA's memo key of a chain on them (one tuple for both, made once)."""
+        key = ("figures", names)
+        hit = self._memo.get(key)
+        if hit is None:
+            memo, p2p = self._memo, self.p2p  # (a hit in p2p's memo costs no call)
+            hit = self._memo[key] = tuple((ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
+                                          for ch in (memo.get(("p2p", a, b)) or p2p(a, b),))
+        return hit
+
     def p2p_crowded(self, a: str, b: str, crowd: tuple[tuple[tuple[str, str], int], ...]) -> Channel:
         """``p2p(a, b)`` when the job's own transfers crowd its route: ``crowd`` maps a directed hop
         ``(from, to)`` to how many of the job's transfers cross it in that direction (see

@@ -119,9 +119,9 @@ MEMO_SIZE = 50_000
 def _memo_key(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, flags: tuple) -> tuple:
     """Everything TPA's answer depends on: the job's shape, the chain, and the network figures
     among the chain's clusters (pairwise channels; on one topology these also fix ring rates)."""
-    names = [c for c, _ in segments]
-    # (alpha, rate) floats, not Channel objects: compared and hashed in C on every lookup
-    chans = tuple((ch.alpha_s, ch.bytes_per_s) for a in names for b in names if a != b for ch in (view.p2p(a, b),))
+    # every ordered pair of the chain's clusters, as (rate, -alpha) floats (compared and hashed in C on
+    # every lookup), of the sorted set: the view memoises them, and SpinSearch's orders made them already
+    chans = view.figures(tuple(sorted({c for c, _ in segments})))
     return (id(view.topology), id(view.calibration), view.shares_links, job.model, job.gpus,
             job.global_batch, job.seq_len, tuple(segments), chans, flags)
 
