@@ -155,6 +155,49 @@ def test_a_search_that_found_nothing_to_beat_a_time_is_not_run_again_for_that_ti
     assert checked >= 10
 
 
+def test_a_chain_is_answered_from_the_memo_on_another_state_only_where_its_clusters_figures_are_the_same(monkeypatch):
+    """TPA's memo keys a chain on the figures between its clusters (the view's, memoised per set and
+    shared with SpinSearch's orders): load on a link no route between them crosses leaves the key as
+    it was (a hit, the answer a fresh search gives there), load on one of their routes makes it a
+    new key (searched again, here for a slower plan)."""
+    monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
+    searched = []
+    real = tpa._plan_placement
+
+    def counted(*args, **kwargs):
+        searched.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tpa, "_plan_placement", counted)
+    topo = generate_topology(12, 3)
+    names = [c.name for c in topo.clusters]
+    checked = 0
+    for a, b, c in itertools.combinations(names, 3):
+        chain = [(a, 16), (b, 16), (c, 16)]
+        routed = {l.key for x in (a, b, c) for y in (a, b, c) if x != y for l in topo.path(x, y).links}
+        elsewhere = [l.key for l in topo.links if l.key not in routed]
+        if not elsewhere:
+            continue
+        job = Job(job_id="j", arrival_s=0.0, model="gpt3-13b", gpus=48, iterations=1, global_batch=256,
+                  seq_len=2048)
+        base = TopologyView(topology=topo)
+        first = tpa.plan_placement(job, chain, base, intra_ilp=False, exact_checks=1)
+        searched.clear()
+        away = TopologyView(topology=topo, link_load={elsewhere[0]: 50.0})
+        assert tpa.plan_placement(job, chain, away, intra_ilp=False, exact_checks=1) == first
+        assert searched == []  # a hit
+        assert real(job, chain, away, intra_ilp=False, exact_checks=1, beat=float("inf")) == first
+        on_route = topo.path(a, b).links[0].key
+        crowded = TopologyView(topology=topo, link_load={on_route: 50.0})
+        slower = tpa.plan_placement(job, chain, crowded, intra_ilp=False, exact_checks=1)
+        assert searched == [chain]  # searched again
+        assert estimate(slower, crowded) > estimate(first, base)
+        checked += 1
+        if checked == 3:
+            break
+    assert checked == 3
+
+
 def test_a_chain_whose_floor_is_not_under_the_time_to_beat_is_settled_without_enumerating_its_shapes(monkeypatch):
     """No plan of a chain is faster than its ``chain_floor`` (the property test above checks it
     under every candidate's estimate), so a search asked to beat that floor or less returns None
