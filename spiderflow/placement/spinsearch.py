@@ -219,13 +219,7 @@ def _order(names: list[str], view: TopologyView) -> list[str]:
     if len(names) <= 2:
         return sorted(names)
     names = tuple(sorted(names))
-    return list(_best_order(names, _figures(names, view)))
-
-
-def _figures(names: tuple[str, ...], view: TopologyView) -> tuple[tuple[float, float], ...]:
-    """(bandwidth, -latency) of every ordered pair of ``names``, in ``names`` x ``names`` order
-    (:meth:`TopologyView.figures`: memoised on the view, where TPA's memo key reads them too)."""
-    return view.figures(names)
+    return list(_best_order(names, view.figures(names)))
 
 
 def _links(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> dict:
@@ -250,7 +244,7 @@ def _candidate_orders(names: tuple[str, ...], figures: tuple[tuple[float, float]
 
 @lru_cache(maxsize=20_000)
 def _best_order(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[str, ...]:
-    """:func:`_order` of ``names`` (sorted) given their :func:`_figures`: the first of
+    """:func:`_order` of ``names`` (sorted) given their :meth:`~TopologyView.figures`: the first of
     :func:`_candidate_orders` with the largest :func:`_chain_key` (for k <= ``EXHAUSTIVE_ORDER``
     by :func:`_best_permutation`, which finds the same one without judging every order)."""
     if len(names) <= EXHAUSTIVE_ORDER:
@@ -322,7 +316,7 @@ def _crowded_order(names: list[str], view: TopologyView) -> tuple[str, ...] | No
     if len(names) <= 2 or not view.shares_links:
         return None
     names_t = tuple(sorted(names))
-    figures = _figures(names_t, view)
+    figures = view.figures(names_t)
     link = _links(names_t, figures)
     key = _chain_key(link)
     chains = _candidate_orders(names_t, figures)
@@ -369,11 +363,12 @@ def _greedy_orders(names: list[str], view: TopologyView) -> list[list[str]]:
     in preference order (widest, then nearest, then by name): the next hop is the first one not
     yet chained. Memoised like :func:`_best_order` (:func:`_greedy_chains`)."""
     names = tuple(sorted(names))
-    return [list(chain) for chain in _greedy_chains(names, _figures(names, view))]
+    return [list(chain) for chain in _greedy_chains(names, view.figures(names))]
 
 
 def _greedy_chains(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple[tuple[str, ...], ...]:
-    """:func:`_greedy_orders` of ``names`` (sorted) given their :func:`_figures` (:func:`_greedy_walks`)."""
+    """:func:`_greedy_orders` of ``names`` (sorted) given their :meth:`~TopologyView.figures`
+    (:func:`_greedy_walks`)."""
     return _greedy_walks(names, figures)[0]
 
 
