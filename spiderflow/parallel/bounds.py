@@ -461,13 +461,15 @@ def chain_floor(job: Job, segments: Sequence[tuple[str, int]], view: TopologyVie
 class QuickBound:
     """A coarser floor under ``estimate`` from the shape alone, in O(segments x replicas): the
     layer split that minimises the compute terms, the exact p2p, and each ring's inter-cluster
-    syncs (the whole model's gradient where one ring serves every stage, a layer per stage
-    otherwise), which start no earlier than a stage's sync-ready time >= ``(m - 1) * period +
-    sum(forward sends)``. :meth:`split` gives the same floor on a layer split (each segment's
-    busiest stage and every stage's work), and with ``recompute`` for plans that run each forward
-    again in their backward."""
+    syncs (the whole model's gradient where one ring serves every stage, else each stage's layers
+    on ``rings_on``, the layer split every plan of the shape takes, or a layer per stage without
+    it), which start no earlier than a stage's sync-ready time >= ``(m - 1) * period + sum(forward
+    sends)``. :meth:`split` gives the same floor on a layer split (each segment's busiest stage,
+    every stage's work and the rings' syncs on it), and with ``recompute`` for plans that run each
+    forward again in their backward."""
 
-    def __init__(self, job: Job, shape: Shape, view: TopologyView, channel: Crowded | None = None) -> None:
+    def __init__(self, job: Job, shape: Shape, view: TopologyView, channel: Crowded | None = None,
+                 rings_on: Sequence[int] | None = None) -> None:
         spec, s = job.spec, job.seq_len
         group = spec.boundary_bytes(1, s)
         self.lf, self.hf, self.layers = spec.layer_forward_flops(1, s), spec.head_forward_flops(1, s), spec.layers
@@ -505,7 +507,10 @@ class QuickBound:
                     wan.append((chan.alpha_s + back.alpha_s,
                                 shape.dp * group / chan.bytes_per_s + shape.dp * group / back.bytes_per_s))
             self._links.append((tuple(segments), tuple(wan), widest, alpha_sum, bytes_sum, back_alpha, back_bytes))
-        self.ring_s = self._rings(job, shape, view) if len(shape.replicas) > 1 else 0.0
+        # the rings' inter-cluster phases: per interval of stages one ring serves, its figures
+        self._intervals = self._ring_intervals(job, shape, view) if len(shape.replicas) > 1 else ()
+        self._spec = job.spec
+        self.ring_s = self._rings(rings_on)
         self.replicas = self._terms(None, False)
 
     def split(self, counts: Sequence[int], recompute: bool = False) -> "QuickBound":
@@ -513,6 +518,8 @@ class QuickBound:
         out = object.__new__(QuickBound)
         out.__dict__.update(self.__dict__)
         out.replicas = self._terms(counts, recompute)
+        if self._intervals:
+            out.ring_s = self._rings(counts)
         return out
 
     def _terms(self, counts: Sequence[int] | None, recompute: bool) -> list[tuple]:
@@ -546,11 +553,13 @@ class QuickBound:
         return out
 
     @staticmethod
-    def _rings(job: Job, shape: Shape, view: TopologyView) -> float:
-        """The longest ring's inter-cluster sync seconds, at least."""
-        spec = job.spec
+    def _ring_intervals(job: Job, shape: Shape, view: TopologyView) -> tuple:
+        """Per interval of stages between the replicas' segment cuts whose clusters differ: (first
+        stage, stages, the ring's clusters (sorted), its per-phase latency and seconds per gradient
+        byte: ``wan_sync_s``'s ``2(n-1) alpha`` and ``2(n-1)/n / beta``), and, where one ring serves
+        every stage, the whole model's parameters (else None)."""
         cuts = sorted({x for rep in shape.replicas for x in itertools.accumulate(pp for _, _, pp in rep)})
-        intervals = []  # (stages, clusters in order of first appearance) between cuts
+        intervals = []  # (first stage, stages, clusters in order of first appearance) between cuts
         start = 0
         for end in cuts:
             clusters = []
@@ -561,21 +570,41 @@ class QuickBound:
                         clusters.append(cluster)
                         break
                     at += pp
-            intervals.append((end - start, tuple(dict.fromkeys(clusters))))
+            intervals.append((start, end - start, tuple(dict.fromkeys(clusters))))
             start = end
-        depth = shape.depth
-        total = spec.layers * spec.layer_params + spec.embedding_params \
-            + (spec.embedding_params if depth > 1 or not spec.tied_embeddings else 0)
-        whole = len({cl for _, cl in intervals}) == 1
-        per_ring: dict[tuple[str, ...], float] = {}
-        for stages, clusters in intervals:
+        spec = job.spec
+        # one ring serves every stage: the whole model's gradient crosses it, whatever the split
+        whole = spec.layers * spec.layer_params + spec.embedding_params \
+            + (spec.embedding_params if shape.depth > 1 or not spec.tied_embeddings else 0) \
+            if len({cl for _, _, cl in intervals}) == 1 else None
+        out = []
+        for first, stages, clusters in intervals:
             n = len(clusters)
             if n <= 1:
                 continue
-            grads = (total if whole else stages * spec.layer_params) * GRAD_BYTES_PER_PARAM
             ring = view.ring(clusters)
-            t = stages * 2 * (n - 1) * ring.alpha_s + 2 * (n - 1) / n * grads / ring.bytes_per_s
-            key = tuple(sorted(clusters))
+            out.append((first, stages, tuple(sorted(clusters)), 2 * (n - 1) * ring.alpha_s,
+                        2 * (n - 1) / n / ring.bytes_per_s, whole))
+        return tuple(out)
+
+    def _rings(self, counts: Sequence[int] | None) -> float:
+        """The longest ring's inter-cluster sync seconds, at least: the sum of its stages' phases
+        (``wan_sync_s`` of each stage's gradient, as ``estimate`` serialises them on the ring, each
+        after its stage's last backward, which is after ``fill``), with the gradient of a layer per
+        stage where the split is not known (``counts`` None) and of the stage's layers where it is
+        (a ring of two-replica shapes carries tens of layers: on big jobs' calls the floors with a
+        layer per stage sat at 0.72-0.76x what they had to beat, the shape's own bound at 1.2x)."""
+        spec = self._spec
+        per_ring: dict[tuple[str, ...], float] = {}
+        for first, stages, key, alpha, per_byte, whole in self._intervals:
+            if whole is not None:
+                params = whole
+            elif counts is None:
+                params = stages * spec.layer_params
+            else:
+                last = len(counts) - 1
+                params = sum(_stage_params(counts[i], i == 0, i == last, spec) for i in range(first, first + stages))
+            t = stages * alpha + params * GRAD_BYTES_PER_PARAM * per_byte
             per_ring[key] = per_ring.get(key, 0.0) + t
         return max(per_ring.values(), default=0.0)
 

@@ -244,7 +244,8 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
     heapq.heapify(heap)
     quick: dict[int, QuickBound] = {}
     split_quick: dict[tuple[int, bool], QuickBound] = {}
-    splits: dict[int, tuple[list[int], MemoryFit]] = {}
+    counts_of: dict[int, list[int]] = {}  # per shape: the layer split every plan of it takes
+    memory_of: dict[int, MemoryFit] = {}
     floors_of: dict[int, ShapeBound] = {}
     levers: dict[int, tuple[bool, bool]] = {}  # per candidate: (ZeRO-1, recomputation)
     # every shape with R replicas has the same runs of the chain's clusters, so the same channels
@@ -266,17 +267,22 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
             break
         if len(scored) == k and bound > -scored[0][0]:
             break
+        counts = counts_of.get(number)
+        if counts is None and (level or len(shape.replicas) > 1):
+            counts = counts_of[number] = split_layers(job.spec.layers, _stage_speeds(shape, view))
         if level == 0:
             if number not in quick:
-                quick[number] = QuickBound(job, shape, view, channel(shape))
+                # pipeline replicas: their rings' syncs priced on the split every plan of the shape
+                # takes (big jobs' calls: with a layer per stage, two-replica floors sat at 0.72x what
+                # they had to beat, and most were cut only by the shape's own bound, after its split)
+                quick[number] = QuickBound(job, shape, view, channel(shape), rings_on=counts)
             floor = quick[number].bound(b, m)
             heapq.heappush(heap, (floor if floor > bound else bound, index, 1, number, b, m))
             continue
-        if number not in splits:
-            counts = split_layers(job.spec.layers, _stage_speeds(shape, view))
-            splits[number] = counts, MemoryFit(job, shape, counts, view)
-        counts, memory = splits[number]
         if level == 1:  # the memory levers its split needs, from the split alone: none fit, no plan
+            memory = memory_of.get(number)
+            if memory is None:
+                memory = memory_of[number] = MemoryFit(job, shape, counts, view)
             variant = levers[index] = memory.variant(b, m)
             if variant is None:
                 continue

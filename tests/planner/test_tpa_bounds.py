@@ -60,6 +60,8 @@ def test_floor_is_under_every_estimate_and_memory_matches(seed):
         for shape in enumerate_shapes(segments, view.topology, job.spec):
             counts = tpa.split_layers(job.spec.layers, tpa._stage_speeds(shape, view))
             floor, quick = ShapeBound(job, shape, counts, view), QuickBound(job, shape, view)
+            # the quick floor with its rings' syncs priced on the split every plan of the shape takes
+            on_split = QuickBound(job, shape, view, rings_on=counts)
             split = split_floors(job, segments, view)[len(shape.replicas)]
             assert chain_floor(job, segments, view) <= split
             for b, m in tpa.micro_batchings(job, len(shape.replicas) * shape.dp):
@@ -67,7 +69,7 @@ def test_floor_is_under_every_estimate_and_memory_matches(seed):
                 for zero1, recompute in MEMORY_VARIANTS:
                     plan = tpa._build(job, shape, counts, b, m, zero1=zero1, recompute=recompute)
                     est = estimate(plan, view)
-                    assert split <= quick.bound(b, m) <= est
+                    assert split <= quick.bound(b, m) <= on_split.bound(b, m) <= est
                     # on the plan's own split, for every lever up to its own (recomputing only adds work)
                     assert quick.split(counts).bound(b, m) <= est
                     if recompute:
@@ -85,6 +87,26 @@ def test_floor_is_under_every_estimate_and_memory_matches(seed):
                 assert memory_variant(job, shape, counts, b, m, view) == first
     assert checked > 300 and tight > 30
     assert quick_r > 30  # recomputation's quick floor is above the split's floor without it
+
+
+def test_the_quick_floor_of_pipeline_replicas_prices_their_rings_on_the_split():
+    """Every plan of a shape takes one layer split, so the quick floor of a shape of pipeline
+    replicas prices each ring's syncs on the layers the split gives its stages (the property test
+    above checks it under every estimate), not on a layer per stage: a higher floor wherever a
+    ring's syncs set it."""
+    raised = replicated = 0
+    for seed in (0, 1, 2):
+        for job, segments, view in _cases(seed, 12):
+            for shape in enumerate_shapes(segments, view.topology, job.spec):
+                if len(shape.replicas) == 1:
+                    continue
+                counts = tpa.split_layers(job.spec.layers, tpa._stage_speeds(shape, view))
+                plain, on_split = QuickBound(job, shape, view), QuickBound(job, shape, view, rings_on=counts)
+                assert on_split.ring_s >= plain.ring_s
+                for b, m in tpa.micro_batchings(job, len(shape.replicas) * shape.dp):
+                    replicated += 1
+                    raised += on_split.bound(b, m) > plain.bound(b, m)
+    assert replicated > 500 and raised > 100
 
 
 def test_floor_prices_every_send_as_estimate_does_also_where_the_plan_crowds_its_own_hops():
@@ -231,9 +253,9 @@ def test_a_split_whose_floor_passes_the_best_plan_is_never_bounded(monkeypatch):
     monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
     real, bounded = tpa.QuickBound, []
 
-    def recorded(job, shape, view, channel=None):
+    def recorded(job, shape, view, channel=None, rings_on=None):
         bounded.append(shape)
-        return real(job, shape, view, channel)
+        return real(job, shape, view, channel, rings_on)
 
     monkeypatch.setattr(tpa, "QuickBound", recorded)
     skipped = 0
