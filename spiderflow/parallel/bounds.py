@@ -15,7 +15,9 @@ make that search cheaper while keeping its result identical:
   their bound, TPA stops once the bound exceeds the k-th best estimate found:
   no skipped candidate could have entered the best k. :class:`QuickBound` is a
   coarser floor per shape in O(segments), before its layer split and then on
-  it (:meth:`QuickBound.split`), that orders the candidates.
+  it (:meth:`QuickBound.split`), that orders the candidates (a shape of pipeline
+  replicas prices its rings on its split from the start: every plan of the
+  shape takes that split).
 - **Floors per split of the chain** (:func:`split_floors`, :func:`chain_floor`):
   under every shape with R pipeline replicas at once, computed before any
   shape is bounded: a search asked to beat a time its chain cannot beat ends
@@ -592,8 +594,9 @@ class QuickBound:
         (``wan_sync_s`` of each stage's gradient, as ``estimate`` serialises them on the ring, each
         after its stage's last backward, which is after ``fill``), with the gradient of a layer per
         stage where the split is not known (``counts`` None) and of the stage's layers where it is
-        (a ring of two-replica shapes carries tens of layers: on big jobs' calls the floors with a
-        layer per stage sat at 0.72-0.76x what they had to beat, the shape's own bound at 1.2x)."""
+        (a ring of two-replica shapes carries tens of layers: on 4,000 admission calls at load 0.9
+        the quick floors with a layer per stage sat at 0.72-0.76x what they had to beat, the
+        shape's own bound at 1.2x)."""
         spec = self._spec
         per_ring: dict[tuple[str, ...], float] = {}
         for first, stages, key, alpha, per_byte, whole in self._intervals:

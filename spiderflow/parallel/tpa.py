@@ -218,7 +218,8 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
     # first: once the floor passes the k-th best estimate found, no later candidate can enter the
     # best k (the floors are admissible: :mod:`spiderflow.parallel.bounds`). A candidate starts with
     # its split's floor (one per number of replicas, before any shape is bounded), is put back with
-    # its shape's quick floor, then, once its layer split and the memory levers that split needs
+    # its shape's quick floor (with pipeline replicas, their rings priced on the shape's layer
+    # split), then, once its layer split and the memory levers that split needs
     # are known (none fits: no plan, dropped), with the quick floor on that split and the tighter
     # ones of the split (the steady period from adjacent stages, then from every window of
     # stages), each counting the forward a plan that recomputes runs again, before it is built
@@ -273,8 +274,8 @@ def _plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topolog
         if level == 0:
             if number not in quick:
                 # pipeline replicas: their rings' syncs priced on the split every plan of the shape
-                # takes (big jobs' calls: with a layer per stage, two-replica floors sat at 0.72x what
-                # they had to beat, and most were cut only by the shape's own bound, after its split)
+                # takes (4,000 admission calls at load 0.9: with a layer per stage these floors sat at
+                # 0.72x what they had to beat, and most were cut only by the shape's own bound)
                 quick[number] = QuickBound(job, shape, view, channel(shape), rings_on=counts)
             floor = quick[number].bound(b, m)
             heapq.heappush(heap, (floor if floor > bound else bound, index, 1, number, b, m))
