@@ -39,6 +39,7 @@ from spiderflow.costmodel import (TopologyView, estimate, fits_memory, known_est
                                   note_estimate, note_prediction, predict, schedule_bounds)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.costmodel.network import Crowded
+from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.parallel.bounds import MemoryFit, QuickBound, ShapeBound, shape_channels, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
 from spiderflow.parallel.shapes import Shape, enumerate_shapes
@@ -118,12 +119,51 @@ MEMO_SIZE = 50_000
 
 def _memo_key(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, flags: tuple) -> tuple:
     """Everything TPA's answer depends on: the job's shape, the chain, and the network figures
-    among the chain's clusters (pairwise channels; on one topology these also fix ring rates)."""
+    among the chain's clusters (pairwise channels; on one topology these also fix ring rates),
+    with the load of every link a crowded send reads (:func:`_crowded_links`)."""
     # every ordered pair of the chain's clusters, as (rate, -alpha) floats (compared and hashed in C on
     # every lookup), of the sorted set: the view memoises them, and SpinSearch's orders made them already
     chans = view.figures(tuple(sorted({c for c, _ in segments})))
     return (id(view.topology), id(view.calibration), view.shares_links, job.model, job.gpus,
-            job.global_batch, job.seq_len, tuple(segments), chans, flags)
+            job.global_batch, job.seq_len, tuple(segments), chans,
+            _crowded_links(tuple(c for c, _ in segments), view), flags)
+
+
+def _crowded_links(names: tuple[str, ...], view: TopologyView) -> tuple:
+    """The links whose load a plan on the chain ``names`` reads beyond the pairs' figures, with their
+    imposed rate and load on ``view`` (memoised on it). A send between two consecutive clusters of a
+    replica whose route crosses a hop the plan's own transfers crowd is priced link by link
+    (:meth:`~spiderflow.costmodel.network.Crowded.get`: each link's share, divided among the
+    transfers on it), not by the route's narrowest link alone: two states with the same figures
+    between the clusters but another load on such a link price such plans differently (a chain
+    a-b-c routed through x, where load on x-b moved no pair's figure, got the plan and the estimate,
+    3.0 s, of the unloaded state from the memo, where that plan takes 4.9 s and a search finds one of
+    3.7 s). The replicas of every split of the chain into equal runs are the chains TPA's shapes,
+    floors and estimates crowd (:func:`~spiderflow.parallel.bounds.shape_channels`)."""
+    if not view.shares_links or len(names) < 2:
+        return ()
+    key = ("crowded links", names)
+    hit = view._memo.get(key)
+    if hit is None:
+        topo, k, links = view.topology, len(names), set()
+        for r in range(1, k):
+            if k % r:
+                continue
+            size = k // r
+            runs = tuple(names[i:i + size] for i in range(0, k, size))
+            hops = {h for h, _ in chains_crowd_of(runs, view)}  # (chains_crowd keeps those crossed twice or more)
+            if not hops:
+                continue
+            for run in runs:
+                for a, b in zip(run, run[1:]):
+                    for x, y in ((a, b), (b, a)):
+                        if x != y:
+                            path = topo.path(x, y)
+                            if not hops.isdisjoint(path.hop_pairs):
+                                links.update(link.key for link in path.links)
+        gbps, load = view.link_gbps, view.link_load
+        hit = view._memo[key] = tuple((link, gbps.get(link), load.get(link)) for link in sorted(links))
+    return hit
 
 
 def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, *,

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from spiderflow.costmodel import TopologyView, estimate, fits_memory, predict
+from spiderflow.costmodel import TopologyView, estimate, fits_memory, known_estimate, predict
 from spiderflow.costmodel.schedule import floor_1f1b, simulate_1f1b
 from spiderflow.costmodel.stages import StageCost
 from spiderflow.costmodel.work import crowd_of, stage_costs
@@ -244,6 +244,38 @@ def test_a_chain_whose_floor_is_not_under_the_time_to_beat_is_settled_without_en
         assert got is None or got == want[0]
         checked += 1
     assert checked >= 10
+
+
+def test_a_chain_whose_sends_crowd_a_link_is_answered_from_the_memo_only_on_that_links_own_load(monkeypatch):
+    """A send whose route crosses a hop the plan's own transfers crowd is priced link by link, not by
+    the route's narrowest link: here a, b and c reach each other only through x, every pair's
+    narrowest link is 10 Gbit/s, and load on the wider x-b link moves no pair's figure but halves
+    what the two transfers into b that share x -> b get. The memo must not hand the unloaded
+    state's plan and estimate to the loaded one: its answer is a fresh search's."""
+    topo = parse_topology({
+        "name": "star",
+        "clusters": [{"name": n, "gpu": "a100-80gb", "nodes": 2, "gpus_per_node": 8} for n in "abcx"],
+        "links": [{"a": "a", "b": "x", "bandwidth_gbps": 10.0, "latency_ms": 5.0},
+                  {"a": "x", "b": "b", "bandwidth_gbps": 100.0, "latency_ms": 5.0},
+                  {"a": "x", "b": "c", "bandwidth_gbps": 10.0, "latency_ms": 5.0}]})
+    job = Job(job_id="j", arrival_s=0.0, model="gpt3-1.3b", gpus=48, iterations=1, global_batch=256, seq_len=2048)
+    chain = [("a", 16), ("b", 16), ("c", 16)]
+    xb = topo.link("x", "b").key
+
+    def loaded():
+        return TopologyView(topology=topo, link_load={xb: 9.0})
+
+    free = TopologyView(topology=topo)
+    assert free.figures(("a", "b", "c")) == loaded().figures(("a", "b", "c"))
+    monkeypatch.setattr(tpa, "_MEMO", type(tpa._MEMO)())
+    first = tpa.plan_placement(job, chain, free, intra_ilp=False, exact_checks=1)
+    view = loaded()
+    answer = tpa.plan_placement(job, chain, view, intra_ilp=False, exact_checks=1)
+    assert known_estimate(answer, view) == estimate(answer, loaded())
+    tpa.clear_memo()
+    fresh = tpa.plan_placement(job, chain, loaded(), intra_ilp=False, exact_checks=1)
+    assert answer.replicas == fresh.replicas and answer.micro_batch_size == fresh.micro_batch_size
+    assert estimate(answer, loaded()) > 1.1 * estimate(first, free)  # the load matters here
 
 
 def test_a_split_whose_floor_passes_the_best_plan_is_never_bounded(monkeypatch):
