@@ -19,8 +19,11 @@ TOPOLOGY = TWO_CLUSTER_1G_YAML
 def test_calibrate_fits_the_configured_bandwidth(tmp_path, state_dir, assert_no_leak):
     (tmp_path / "two.yaml").write_text(TOPOLOGY)
     out = tmp_path / "cal"
+    # the command's default three samples a size: their median drops one outlier, where the median of two
+    # is their mean (with two, a full suite on this 2-core host twice fitted one figure out of tolerance:
+    # beta 0.87 Gbit/s, alpha 12.1 ms; each passed when run again)
     done = subprocess.run([sys.executable, "-m", "emulator", "calibrate", "--topology", str(tmp_path / "two.yaml"),
-                           "--no-plans", "--samples", "2", "--out", str(out), "--json"],
+                           "--no-plans", "--samples", "3", "--out", str(out), "--json"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
