@@ -182,14 +182,26 @@ class Crowded:
             chan = self._known[a, b] = self._price(view, a, b)
         return chan
 
+    def reads(self, view: TopologyView, a: str, b: str) -> tuple[tuple[str, str], ...]:
+        """The links whose own load and rate :meth:`get` reads for ``a -> b`` beyond
+        ``view.p2p(a, b)``'s figures: every link of a route that crosses a crowded hop, none else."""
+        path = self._crowded_route(view, a, b)
+        return () if path is None else tuple(l.key for l in path.links)
+
+    def _crowded_route(self, view: TopologyView, a: str, b: str):
+        """The route ``a -> b`` when it crosses a hop more than one transfer of the crowd crosses
+        (priced link by link), else None (priced as ``view.p2p``)."""
+        if a == b or not view.shares_links or not self._counts:
+            return None
+        path = view.topology.path(a, b)
+        return None if self._counts.keys().isdisjoint(path.hop_pairs) else path
+
     def _price(self, view: TopologyView, a: str, b: str) -> Channel:
         base = view.p2p(a, b)
+        path = self._crowded_route(view, a, b)
+        if path is None:
+            return base
         counts = self._counts
-        if a == b or not view.shares_links or not counts:
-            return base
-        path = view.topology.path(a, b)
-        if counts.keys().isdisjoint(path.hop_pairs):
-            return base
         gbps = [view._share(l.key, l.bandwidth_gbps) * l.bandwidth_gbps for l in path.links]
         crowded = min(g / max(1, counts.get(h, 1)) for g, h in zip(gbps, path.hop_pairs))
         return Channel(base.alpha_s, base.bytes_per_s * crowded / min(gbps))

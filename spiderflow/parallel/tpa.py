@@ -42,7 +42,7 @@ from spiderflow.costmodel.network import Crowded
 from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.parallel.bounds import MemoryFit, QuickBound, ShapeBound, shape_channels, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
-from spiderflow.parallel.shapes import Shape, enumerate_shapes
+from spiderflow.parallel.shapes import Shape, enumerate_shapes, replica_groupings
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import Job
 
@@ -139,28 +139,23 @@ def _crowded_links(names: tuple[str, ...], view: TopologyView) -> tuple:
     a-b-c routed through x, where load on x-b moved no pair's figure, got the plan and the estimate,
     3.0 s, of the unloaded state from the memo, where that plan takes 4.9 s and a search finds one of
     3.7 s). The replicas of every split of the chain into equal runs are the chains TPA's shapes,
-    floors and estimates crowd (:func:`~spiderflow.parallel.bounds.shape_channels`)."""
+    floors and estimates crowd (:func:`~spiderflow.parallel.bounds.shape_channels`), and
+    :meth:`~spiderflow.costmodel.network.Crowded.reads` says which links each send's price reads."""
     if not view.shares_links or len(names) < 2:
         return ()
     key = ("crowded links", names)
     hit = view._memo.get(key)
     if hit is None:
-        topo, k, links = view.topology, len(names), set()
-        for r in range(1, k):
-            if k % r:
+        links = set()
+        for groups in replica_groupings(len(names)):
+            runs = tuple(tuple(names[j] for j in group) for group in groups)
+            crowd = chains_crowd_of(runs, view)
+            if not crowd:
                 continue
-            size = k // r
-            runs = tuple(names[i:i + size] for i in range(0, k, size))
-            hops = {h for h, _ in chains_crowd_of(runs, view)}  # (chains_crowd keeps those crossed twice or more)
-            if not hops:
-                continue
+            channels = view.crowded(crowd)
             for run in runs:
                 for a, b in zip(run, run[1:]):
-                    for x, y in ((a, b), (b, a)):
-                        if x != y:
-                            path = topo.path(x, y)
-                            if not hops.isdisjoint(path.hop_pairs):
-                                links.update(link.key for link in path.links)
+                    links.update(channels.reads(view, a, b), channels.reads(view, b, a))
         gbps, load = view.link_gbps, view.link_load
         hit = view._memo[key] = tuple((link, gbps.get(link), load.get(link)) for link in sorted(links))
     return hit
