@@ -13,7 +13,7 @@ GPU time as SpinSearch plans it alone on the empty topology).
         [--no-wait] [--load L]
 
 Every 1,000 jobs ended (done or rejected) it prints a line to stderr with the CPU time so far: with
-admission on, 10,000 jobs take minutes (``--load 0.9``) to about half an hour of CPU (the 600 s gaps;
+admission on, 10,000 jobs take minutes (``--load 0.9``) to a quarter of an hour of CPU (the 600 s gaps;
 README, "Simulator speed"), and the lines show how far a run got.
 
 The trace is sized (and its offered load computed) by planning each job shape alone with

@@ -52,7 +52,8 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
 - SpinSearch's answers are memoised per scheduler on the job's shape and the
   state asked about (topology, free GPUs, link load): admission asks about the
   same states again and again, and a hit costs no planner time (the baselines,
-  time-limited or randomised, are always asked).
+  time-limited or randomised, are always asked). A hit's plan is that of the job
+  first asked about (the same plan and estimate), the job's own once it starts.
 
 - A changing network (the simulator's WAN and capacity events, docs/wan-events.md):
   :meth:`Scheduler.set_network` swaps in the topology with the links' current
@@ -75,7 +76,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 
-from spiderflow.costmodel import NO_CALIBRATION, Calibration, estimate, estimate_memo, known_estimate, note_estimate
+from spiderflow.costmodel import NO_CALIBRATION, Calibration, estimate, estimate_memo
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import PLANNERS, Placement, PlacementRequest
 from spiderflow.placement.base import Strategy, shared_view
@@ -205,7 +206,8 @@ def _state_key(free: dict[str, int], load: dict[tuple[str, str], float]) -> tupl
 class _Moment:
     """What is free and loaded at one moment (:meth:`Scheduler._moment`): the running jobs gone by
     then, the free GPUs per cluster and the others' link load (read-only), with the planner memo's
-    key of that state and its shared view made once, when first asked."""
+    key of that state and its shared view made once, when first asked. Every state the planner is
+    asked about is one (also the empty topology, and a running job's GPUs for a re-plan)."""
 
     __slots__ = ("gone", "free", "load", "_key", "_view")
 
@@ -339,45 +341,49 @@ class Scheduler:
     def _all_free(self) -> bool:
         return not self.running and not self.impaired
 
-    def _request(self, job: Job, free: dict[str, int], load: dict, moment: _Moment | None = None) -> PlacementRequest:
+    def _request(self, job: Job, state: _Moment) -> PlacementRequest:
+        """What the strategy is asked: ``job`` on the free GPUs and link load of ``state``."""
         cfg = self.cfg
-        req = PlacementRequest(job=job, topology=self.topo, free_gpus=dict(free), link_load=load,
+        req = PlacementRequest(job=job, topology=self.topo, free_gpus=dict(state.free), link_load=state.load,
                                calibration=cfg.calibration, seed=cfg.seed, time_limit_s=cfg.time_limit_s,
                                search_budget=cfg.search_budget)
-        if moment is not None:  # what its topology_view() would return: the moment's, its load hashed once
-            req.__dict__["_topology_view"] = moment.view(self.topo, cfg.calibration)
+        req.__dict__["_topology_view"] = self._view(state)  # what its topology_view() would return
         return req
 
-    def _place(self, rec: JobRecord, req: PlacementRequest, moment: _Moment | None = None) -> Placement:
-        """The strategy's answer, its wall time added to the job's overhead (InfeasiblePlan passes).
-        ``moment``: the state ``req`` was made from (its memo key computed once)."""
+    def _view(self, state: _Moment):
+        """The shared view of ``state`` (its load hashed once)."""
+        return state.view(self.topo, self.cfg.calibration)
+
+    def _place(self, rec: JobRecord, state: _Moment) -> Placement:
+        """The strategy's placement of ``rec`` on what is free and loaded in ``state``, its wall time
+        added to the job's overhead (InfeasiblePlan passes). Its plan may be another job's of the
+        same shape, from the memo (the same plan and estimate): :meth:`_commit` makes it the job's own."""
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            placement = self._planned(req, moment)
+            placement = self._planned(rec.job, state)
             if self.down:
                 dead = crosses(plan_routes(placement.plan, self.topo), self.down)
                 if dead is not None:
-                    raise RouteDown(f"{req.job.job_id}: its plan would cross link {'-'.join(dead)}, which is down")
+                    raise RouteDown(f"{rec.job.job_id}: its plan would cross link {'-'.join(dead)}, which is down")
             return placement
         finally:
             rec.overhead_s += time.perf_counter() - t0
             rec.overhead_cpu_s += time.thread_time() - c0
 
-    def _planned(self, req: PlacementRequest, moment: _Moment | None = None) -> Placement:
-        """The strategy's answer to ``req``; a deterministic planner's is memoised on the job's shape
-        and the state it was asked about (topology, free GPUs, link load). Admission asks about the
-        same states again and again (what will be free when the next jobs end; jobs of one shape
-        queued together): on the 64-cluster synthetic trace, about half of its calls."""
+    def _planned(self, job: Job, state: _Moment) -> Placement:
+        """The strategy's answer for ``job`` in ``state``; a deterministic planner's is memoised on the
+        job's shape and the state (topology, free GPUs, link load), and a hit is neither asked nor
+        re-made for this job: its plan stays the first job's (admission asks about the same states
+        again and again, for each job of a shape queued together: on the 64-cluster synthetic trace
+        about half of its calls; on its deep queue, making the request and the job's own copy of
+        the plan, with its estimate, for each hit was about a seventh of the run)."""
         if self._memo is None:
-            return self._strategy(req)
-        job = req.job
-        state = moment.key() if moment is not None else _state_key(req.free_gpus, req.link_load)
-        key = (self._strategy, job.model, job.gpus, job.global_batch, job.seq_len, id(req.topology), *state,
-               req.allowed)
+            return self._strategy(self._request(job, state))
+        key = (self._strategy, job.model, job.gpus, job.global_batch, job.seq_len, id(self.topo), *state.key())
         hit = self._memo.get(key)
         if hit is None:
             try:
-                hit = self._strategy(req)
+                hit = self._strategy(self._request(job, state))
             except InfeasiblePlan as exc:
                 hit = (exc, job.job_id)
             self._memo[key] = hit
@@ -388,21 +394,12 @@ class Scheduler:
         if isinstance(hit, tuple):
             exc, asked = hit
             raise InfeasiblePlan(str(exc).replace(asked, job.job_id, 1))
-        if hit.plan.job is job:
-            return hit
-        plan = dataclasses.replace(hit.plan, job=job)
-        # the estimate does not depend on which job of the shape it is: known for one, known for both
-        # (on a deep queue, pricing the same plans again for each job was an eighth of the run)
-        view = req.topology_view()
-        known = known_estimate(hit.plan, view)
-        if known is not None:
-            note_estimate(plan, view, known)
-        return dataclasses.replace(hit, plan=plan)
+        return hit
 
-    def _run_s(self, rec: JobRecord, placement: Placement, req: PlacementRequest) -> float:
-        """Predicted run time of ``rec`` on ``placement`` (the cost model's closed form, current load;
-        memoised on the state's shared view)."""
-        return rec.job.iterations * estimate_memo(placement.plan, req.topology_view())
+    def _run_s(self, rec: JobRecord, placement: Placement, state: _Moment) -> float:
+        """Predicted run time of ``rec`` on ``placement`` (the cost model's closed form, under the load
+        of ``state``; memoised on its shared view; a plan of another job of the shape prices alike)."""
+        return rec.job.iterations * estimate_memo(placement.plan, self._view(state))
 
     def _try_start(self, rec: JobRecord, now: float) -> bool:
         """Start ``rec`` if it can and should; True when it waits by choice (admission or a
@@ -414,9 +411,8 @@ class Scheduler:
         if job.gpus > sum(self.free.values()):
             return False
         moment = self._moment(None)
-        req = self._request(job, self.free, moment.load, moment)
         try:
-            placement = self._place(rec, req, moment)
+            placement = self._place(rec, moment)
         except InfeasiblePlan as exc:
             if self._all_free() and not isinstance(exc, RouteDown):
                 self._reject(rec, str(exc))
@@ -432,12 +428,12 @@ class Scheduler:
             return False  # wait for hosts
         if self.cfg.admits:
             if self.running:
-                if self._waits(rec, placement, req, now):
+                if self._waits(rec, placement, moment, now):
                     return True
             else:
                 rec.admission = (f"started now on {' '.join(f'{c}:{g}' for c, g in placement.segments)}: "
                                  "no running job to wait for")
-        if self._reservations and self._delays_a_reservation(rec, placement, req, now):
+        if self._reservations and self._delays_a_reservation(rec, placement, moment, now):
             return True
         self._commit(rec, placement, need)
         return False
@@ -488,10 +484,10 @@ class Scheduler:
         """Predicted run time of ``rec`` planned on the current topology with every GPU free and no
         other job's traffic (once per job and topology; infinite when no plan fits)."""
         if rec.alone is None or rec.alone[0] is not self.topo:
-            req = self._request(rec.job, {c.name: c.total_gpus for c in self.topo.clusters}, {})
+            empty = _Moment([], {c.name: c.total_gpus for c in self.topo.clusters}, {})
             try:
-                placement = self._place(rec, req)
-                run_s, gpus = self._run_s(rec, placement, req), dict(placement.plan.placement)
+                placement = self._place(rec, empty)
+                run_s, gpus = self._run_s(rec, placement, empty), dict(placement.plan.placement)
             except InfeasiblePlan:
                 run_s, gpus = float("inf"), {}
             rec.alone = (self.topo, run_s, gpus)
@@ -510,14 +506,14 @@ class Scheduler:
                 return r.expected_end_s  # jobs ending at the same moment: the last of them
         return None
 
-    def _waits(self, rec: JobRecord, placement: Placement, req: PlacementRequest, now: float) -> bool:
+    def _waits(self, rec: JobRecord, placement: Placement, moment_now: _Moment, now: float) -> bool:
         """Admission: plan ``rec`` on what the next running jobs to end will leave free; wait (and
         reserve) when that finishes it sooner (module docstring). A job whose plan now is as fast
         as its plan with the whole topology to itself starts at once: waiting cannot finish it
         sooner, so the look-ahead is skipped (on the 64-cluster synthetic trace, three decisions in
         four, each saving up to four planner calls)."""
         where = " ".join(f"{c}:{g}" for c, g in placement.segments)
-        run_now = self._run_s(rec, placement, req)
+        run_now = self._run_s(rec, placement, moment_now)
         finish_now = now + run_now
         alone = self._alone_run_s(rec)
         if run_now <= alone:
@@ -548,9 +544,8 @@ class Scheduler:
                 break  # it cannot cost less than that from here on, even with the topology to itself
             moment = self._moment(t)  # (the rest's load)
             gone = moment.gone
-            later_req = self._request(rec.job, moment.free, moment.load, moment)
             try:
-                later = self._place(rec, later_req, moment)
+                later = self._place(rec, moment)
             except InfeasiblePlan:
                 continue
             if self.hosts_per_cluster is not None:
@@ -560,7 +555,7 @@ class Scheduler:
                         hosts[c] += k
                 if any(k > hosts[c] for c, k in ranks_needed(later.plan).items()):
                     continue
-            run_later = self._run_s(rec, later, later_req)
+            run_later = self._run_s(rec, later, moment)
             cost = t + (1 + weight) * run_later
             if best is None or cost < best[0]:
                 best = (cost, t, run_later, later, [r.job.job_id for r in gone])
@@ -580,10 +575,10 @@ class Scheduler:
             f" (waiting: {best[1] + best[2]:.6g} s)" if best is not None else "")
         return False
 
-    def _delays_a_reservation(self, rec: JobRecord, placement: Placement, req: PlacementRequest,
+    def _delays_a_reservation(self, rec: JobRecord, placement: Placement, moment_now: _Moment,
                               now: float) -> bool:
         """Would starting ``rec`` now keep GPUs that a waiting job expects at its time?"""
-        end = now + self._run_s(rec, placement, req)
+        end = now + self._run_s(rec, placement, moment_now)
         use = placement.plan.placement
         for res in self._reservations:
             if end <= res.at_s:
@@ -599,22 +594,27 @@ class Scheduler:
         """A new placement for running ``rec`` on its own GPUs plus the free ones, with the other jobs'
         link load, and its predicted iteration time there (closed form); None when none is found.
         The planner's wall time is added to the job's overhead. Not with ``hosts_per_cluster``."""
-        free = self._free_after([rec])
-        load = link_load(r for r in self.running if r is not rec)
+        state = _Moment([rec], self._free_after([rec]), link_load(r for r in self.running if r is not rec))
         try:
-            req = self._request(rec.job, free, load)
-            placement = self._place(rec, req)
+            placement = self._own(self._place(rec, state), rec.job)
         except InfeasiblePlan:
             return None
-        return placement, estimate(placement.plan, req.topology_view())
+        return placement, estimate(placement.plan, self._view(state))
 
     def move(self, rec: JobRecord, placement: Placement) -> None:
         """Running ``rec`` leaves its GPUs for ``placement`` (found by :meth:`replan`)."""
         self.release(rec)
         self._commit(rec, placement, {})
 
+    @staticmethod
+    def _own(placement: Placement, job: Job) -> Placement:
+        """``placement`` with ``job`` in its plan (a memoised answer carries the job first asked about)."""
+        if placement.plan.job is job:
+            return placement
+        return dataclasses.replace(placement, plan=dataclasses.replace(placement.plan, job=job))
+
     def _commit(self, rec: JobRecord, placement: Placement, need: dict[str, int]) -> None:
-        plan = placement.plan
+        plan = self._own(placement, rec.job).plan
         self._forget_moments()
         for c, g in plan.placement.items():
             self.free[c] -= g

@@ -7,7 +7,7 @@ import pytest
 
 from spiderflow.costmodel import TopologyView, estimate
 from spiderflow.plan import Plan, Stage
-from spiderflow.scheduling import JobRecord, Scheduler, SchedulerConfig, fixed_plan, ranks_needed
+from spiderflow.scheduling import JobRecord, Scheduler, SchedulerConfig, _Moment, fixed_plan, ranks_needed
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.topology import parse_topology
 from spiderflow.workload import Job
@@ -313,31 +313,40 @@ def test_a_job_with_others_queued_behind_it_weighs_the_gpu_time_it_would_hold():
             assert "2 jobs queued" in long.admission
 
 
+def _state(free: dict[str, int], load: dict | None = None) -> _Moment:
+    return _Moment([], free, load or {})
+
+
 def test_spinsearch_answers_are_reused_for_a_job_of_the_same_shape_in_the_same_state():
     """Admission asks about the same states again and again: a job of the same shape asked about the
-    same free GPUs and load gets the plan SpinSearch gave the first, as its own (its job in the plan,
-    its id in a refusal), without a planner call; another state is planned afresh."""
+    same free GPUs and load gets the plan SpinSearch gave the first (its id in a refusal), without a
+    planner call, and the plan becomes its own when it starts; another state is planned afresh."""
     topo = fast_and_slow()
     sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
     calls = _counting(sched)
     first, second, other = _records([job(0, 8), job(1, 8), job(2, 4)])
     free = {"a": 8, "b": 8}
-    p1 = sched._place(first, sched._request(first.job, free, {}))
-    p2 = sched._place(second, sched._request(second.job, free, {}))
-    assert len(calls) == 1 and p2.segments == p1.segments and p2.plan.job is second.job
-    assert estimate(p2.plan, TopologyView(topology=topo)) == estimate(p1.plan, TopologyView(topology=topo))
-    sched._place(second, sched._request(second.job, {"a": 4, "b": 8}, {}))
-    sched._place(other, sched._request(other.job, free, {}))
+    p1 = sched._place(first, _state(free))
+    p2 = sched._place(second, _state(dict(free)))
+    assert len(calls) == 1 and p2.segments == p1.segments and p2.plan is p1.plan
+    per_iteration = estimate(p1.plan, TopologyView(topology=topo))
+    assert sched._run_s(second, p2, _state(free)) == second.job.iterations * per_iteration
+    sched._commit(second, p2, {})
+    assert second.plan.job is second.job and second.plan == dataclasses.replace(p1.plan, job=second.job)
+    assert estimate(second.plan, TopologyView(topology=topo)) == per_iteration  # whichever job carries it
+    assert p1.plan.job is first.job  # the memo's plan is not changed
+    sched._place(second, _state({"a": 4, "b": 8}))
+    sched._place(other, _state(free))
     assert len(calls) == 3  # another state, another shape
     big = _records([job(3, 8, model="llama2-70b"), job(4, 8, model="llama2-70b")])
     for rec in big:  # 70B parameters do not fit on 8 GPUs: the refusal names the job asked about
         with pytest.raises(Exception, match=f"^{rec.job.job_id}: "):
-            sched._place(rec, sched._request(rec.job, free, {}))
+            sched._place(rec, _state(free))
     assert len(calls) == 4
     blind = Scheduler(topo, SchedulerConfig(planner="blind"))  # not deterministic: never reused
     blind_calls = _counting(blind)
     for rec in (first, second):
-        blind._place(rec, blind._request(rec.job, free, {}))
+        blind._place(rec, _state(free))
     assert len(blind_calls) == 2
 
 
@@ -348,7 +357,7 @@ def test_a_moment_is_counted_once_and_forgotten_when_running_jobs_or_free_gpus_c
     topo = two_sites()
     sched = Scheduler(topo, SchedulerConfig(planner="blind"))
     (rec,) = _records([job(0, 16)])
-    sched._commit(rec, sched._place(rec, sched._request(rec.job, sched.free, {})), {})
+    sched._commit(rec, sched._place(rec, _state(dict(sched.free))), {})
     rec.expected_end_s = 100.0
     now = sched._moment(None)
     assert now is sched._moment(None)
@@ -356,7 +365,7 @@ def test_a_moment_is_counted_once_and_forgotten_when_running_jobs_or_free_gpus_c
     later = sched._moment(100.0)
     assert later.gone == [rec] and later.free == {"a": 8, "b": 8} and later.load == {}
     assert sched._moment(99.0).gone == [] and sched._moment(99.0).load == now.load
-    req = sched._request(rec.job, later.free, later.load, later)
+    req = sched._request(rec.job, later)
     assert req.topology_view() is later.view(topo, sched.cfg.calibration)
     assert later.key() == (tuple(req.free_gpus.items()), frozenset(req.link_load.items()))
     sched.release(rec)
