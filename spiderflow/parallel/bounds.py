@@ -442,7 +442,7 @@ def split_floors(job: Job, segments: Sequence[tuple[str, int]], view: TopologyVi
                 ring = view.ring(tuple(names))
                 wan = 2 * (k - 1) / k * spec.params * GRAD_BYTES_PER_PARAM / ring.bytes_per_s
         else:
-            runs = tuple(tuple(names[i] for i in group) for group in groups)
+            runs = tuple(tuple(names[i] for i in members) for members in groups)
             crowd = chains_crowd_of(runs, view)
             wan = max(job.global_batch / r * group / view.p2p_crowded(a, b, crowd).bytes_per_s
                       for run in runs for a, b in zip(run, run[1:]))
