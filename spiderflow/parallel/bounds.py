@@ -71,7 +71,7 @@ from spiderflow.costmodel.network import Channel, Crowded, TopologyView
 from spiderflow.costmodel.schedule import last_backwards
 from spiderflow.costmodel.stages import ring_allreduce_s, wan_sync_s
 from spiderflow.costmodel.work import chains_crowd_of
-from spiderflow.parallel.shapes import Shape, replica_groupings
+from spiderflow.parallel.shapes import Shape, replica_runs
 from spiderflow.workload import (GRAD_BYTES_PER_PARAM, OPTIMIZER_BYTES_PER_PARAM,
                                  WEIGHT_BYTES_PER_PARAM, Job)
 
@@ -432,8 +432,8 @@ def split_floors(job: Job, segments: Sequence[tuple[str, int]], view: TopologyVi
     compute = job.global_batch * 3 * spec.layers * spec.layer_forward_flops(1, s) / speed
     floors = {}
     group = spec.boundary_bytes(1, s)
-    for groups in replica_groupings(k):
-        r, size = len(groups), len(groups[0])
+    for runs in replica_runs(names):
+        r, size = len(runs), len(runs[0])
         wan = 0.0
         if len(set(names)) < k:
             pass  # a cluster twice in the chain: compute only
@@ -442,7 +442,6 @@ def split_floors(job: Job, segments: Sequence[tuple[str, int]], view: TopologyVi
                 ring = view.ring(tuple(names))
                 wan = 2 * (k - 1) / k * spec.params * GRAD_BYTES_PER_PARAM / ring.bytes_per_s
         else:
-            runs = tuple(tuple(names[i] for i in members) for members in groups)
             crowd = chains_crowd_of(runs, view)
             wan = max(job.global_batch / r * group / view.p2p_crowded(a, b, crowd).bytes_per_s
                       for run in runs for a, b in zip(run, run[1:]))

@@ -78,6 +78,13 @@ def replica_groupings(k: int) -> Iterator[tuple[tuple[int, ...], ...]]:
             yield tuple(tuple(range(g * size, (g + 1) * size)) for g in range(r))
 
 
+def replica_runs(items: Sequence) -> Iterator[tuple[tuple, ...]]:
+    """``items`` (a chain's clusters, in order) cut into r equal consecutive runs, for each r
+    dividing their number (:func:`replica_groupings`): the replicas of every split of the chain."""
+    for groups in replica_groupings(len(items)):
+        yield tuple(tuple(items[j] for j in group) for group in groups)
+
+
 def enumerate_shapes(segments: Sequence[tuple[str, int]], topology: Topology,
                      spec: ModelSpec) -> tuple[Shape, ...]:
     """Every shape of ``segments``, memoised on all the enumeration reads: the segments, their

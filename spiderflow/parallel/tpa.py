@@ -42,7 +42,7 @@ from spiderflow.costmodel.network import Crowded
 from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.parallel.bounds import MemoryFit, QuickBound, ShapeBound, shape_channels, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
-from spiderflow.parallel.shapes import Shape, enumerate_shapes, replica_groupings
+from spiderflow.parallel.shapes import Shape, enumerate_shapes, replica_runs
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import Job
 
@@ -147,8 +147,7 @@ def _crowded_links(names: tuple[str, ...], view: TopologyView) -> tuple:
     hit = view._memo.get(key)
     if hit is None:
         links = set()
-        for groups in replica_groupings(len(names)):
-            runs = tuple(tuple(names[j] for j in group) for group in groups)
+        for runs in replica_runs(names):
             crowd = chains_crowd_of(runs, view)
             if not crowd:
                 continue
