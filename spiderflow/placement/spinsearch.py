@@ -53,8 +53,9 @@ share and the load running jobs put on each link (``req.topology_view()``).
    last other set that was the best so far): a set ranked second in its step-3
    order can beat the winner once re-ordered (on 600 recorded admission calls
    of jobs over 128 GPUs, 58 times, by up to 1.6x; a 256-GPU llama2-13b job on
-   64 generated clusters: 1.23x faster than the winner refined alone). Every
-   plan found is one the winner alone would have found or a faster one.
+   64 generated clusters: 1.23x faster than the winner refined alone). The
+   winner is refined first, as alone, so the best estimate found is never
+   higher than refining the winner alone gives.
 7. **Near ties.** The closed-form estimate that ranks plans can misjudge
    two close ones (a 128-GPU gpt3-1.3b job on 32 generated clusters: it put
    a plan 0.1% behind one whose exact schedule is 2.4% slower). The plans
