@@ -94,6 +94,7 @@ from spiderflow.workload import GRAD_BYTES_PER_PARAM, Job
 
 SEEDS = 6
 TPA_CANDIDATES = 3
+REFINED_SETS = 2  # sets steps 5 and 6 refine: the winner of step 4 and the runner-up
 SMALL_TOPOLOGY = 8  # clusters with free GPUs; below this, small sets are enumerated too
 EXHAUSTIVE_ORDER = 6
 NEAR = 0.02  # plans whose closed-form estimates are this close to the best are simulated too (step 7)
@@ -539,7 +540,7 @@ def place(req: PlacementRequest) -> Placement:
         if frozenset(chain) not in sets:
             sets.add(frozenset(chain))
             picks.append((chain, plan))
-            if len(picks) == 2:
+            if len(picks) == REFINED_SETS:
                 break
     for chain, plan in picks:
         if len(chain) > 2:
