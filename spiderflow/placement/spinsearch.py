@@ -537,8 +537,9 @@ def place(req: PlacementRequest) -> Placement:
     # the order step 3 ranked it in), and refining the winner alone never finds that.
     sets, picks = set(), []
     for _t, chain, plan in reversed(found):
-        if frozenset(chain) not in sets:
-            sets.add(frozenset(chain))
+        key = frozenset(chain)
+        if key not in sets:
+            sets.add(key)
             picks.append((chain, plan))
             if len(picks) == REFINED_SETS:
                 break

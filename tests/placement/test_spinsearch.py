@@ -269,8 +269,8 @@ def test_the_runner_up_set_is_reordered_too():
     t = generate_topology(data["topology"]["generate"]["clusters"], data["topology"]["generate"]["seed"])
     j = data["job"]
     free = {c.name: 0 for c in t.clusters} | data["free_gpus"]
-    req = PlacementRequest(job=job(j["model"], j["gpus"], batch=j["global_batch"], seq=j["seq_len"]),
-                           topology=t, free_gpus=free, link_load={(a, b): v for a, b, v in data["link_load"]})
+    req = request(t, job(j["model"], j["gpus"], batch=j["global_batch"], seq=j["seq_len"]), free=free,
+                  load={(a, b): v for a, b, v in data["link_load"]})
     view = req.topology_view()
     runner = data["runner_up"]
     order = _crowded_order(list(runner), view)
