@@ -17,7 +17,7 @@ from pathlib import Path
 
 from emulator.net.capability import require_root
 from emulator.jobs.dilation import Choice, parse_dilation
-from emulator.net.measure import Result, measure_all
+from emulator.net.measure import STOLEN_SHARE, Result, measure_all
 from emulator.net.emulation import Emulation
 from emulator.net.layout import MAX_HOSTS, MECHANISMS, NetConfig
 from emulator.net.step import APPLY_MS, SETTLE_REL, WINDOW_S, Step, step_test
@@ -189,12 +189,19 @@ def format_table(source: str, config: NetConfig, mechanism: str, results: list[R
         pct = f"{100 * r.measured_mbps / t.configured_mbps:.1f}%"
         bad = problems_of(r)
         verdict = "ok" if not bad else "FAIL: " + "; ".join(bad)
-        if r.remeasured:
-            verdict += " (re-measured alone)"
+        notes = (["re-measured alone"] if r.remeasured else []) + (
+            [f"host stole {r.host_steal_pct:.0f}% of the CPU"] if r.host_steal_pct >= 100 * STOLEN_SHARE else [])
+        if notes:
+            verdict += f" ({'; '.join(notes)})"
         lines.append(f"{name:<22} {t.configured_mbps:>10.1f} {r.measured_mbps:>9.1f} {pct:>6}  "
                      f"{t.configured_delay_ms:>10.2f} {r.measured_delay_ms:>9.2f}  {t.mechanism:<24} {verdict}")
     lines.append("")
     verdict = "all within" if ok else "NOT all within"
     lines.append(f"{verdict} tolerance (bandwidth +-{BANDWIDTH_REL:.0%}, one-way delay "
                  f"+-{DELAY_ABS_MS:g} ms) over {len(results)} measurements")
+    stolen = max((r.host_steal_pct for r in results), default=0.0)
+    if stolen >= 100 * STOLEN_SHARE:
+        lines.append(f"the host (hypervisor) stole up to {stolen:.0f}% of this machine's CPU while measuring "
+                     "(/proc/stat steal): everything emulated stops meanwhile, so rates read low; "
+                     "a rate out of tolerance then says little about its link: check again when the host is quieter")
     return "\n".join(lines)

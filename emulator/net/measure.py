@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from emulator.net.hoststeal import StealMeter
 from emulator.net.linkcmds import pin_commands
 from spiderflow.errors import EmulatorError
 from emulator.net.tolerance import bandwidth_ok, delay_ok
@@ -42,6 +43,8 @@ from emulator.net.tolerance import bandwidth_ok, delay_ok
 ECHO_PORT = 7777
 WARMUP_RTTS = 15
 IPERF_BASE_PORT = 5201
+STOLEN_SHARE = 0.02  # the host stole this share of the CPU or more during a measurement: it may read low
+STOLEN_TRIES = 3  # re-measurements of a flow out of tolerance while the host steals that much
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +69,7 @@ class Result:
     measured_mbps: float
     measured_delay_ms: float
     remeasured: bool = False  # out of tolerance in its concurrent round, measured again alone
+    host_steal_pct: float = 0.0  # CPU the host stole from this machine while its rate was measured
 
     def as_json(self) -> dict:
         t = self.target
@@ -73,7 +77,7 @@ class Result:
                 "configured_mbps": round(t.configured_mbps, 3), "measured_mbps": round(self.measured_mbps, 3),
                 "configured_delay_ms": round(t.configured_delay_ms, 3),
                 "measured_delay_ms": round(self.measured_delay_ms, 3), "mechanism": t.mechanism,
-                "remeasured": self.remeasured}
+                "remeasured": self.remeasured, "host_steal_pct": round(self.host_steal_pct, 2)}
 
 
 def targets(emu) -> list[Target]:
@@ -263,6 +267,15 @@ def measure_throughputs(emu, flows: list[Target], *, seconds: float, omit_s: flo
     return out
 
 
+def another_try(t: Target, measured_mbps: float, tries: int, stolen: float) -> bool:
+    """Whether to measure a flow again, alone, after ``tries`` re-measurements: when out of
+    tolerance, once, then while the host stole :data:`STOLEN_SHARE` of the CPU or more during
+    the last one (a reading the host held low is no verdict on the link), up to :data:`STOLEN_TRIES`."""
+    if bandwidth_ok(t.configured_mbps, measured_mbps):
+        return False
+    return tries == 0 or (tries < STOLEN_TRIES and stolen >= STOLEN_SHARE)
+
+
 def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra_seconds: float = 2.0,
                 intra_omit_s: float = 1.0, intra_parallel: int = 2, retry: bool = True,
                 progress: Callable[[str], None] = lambda _m: None) -> list[Result]:
@@ -271,7 +284,10 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
     With ``retry``, a flow out of tolerance is measured once more, alone (and
     its pair re-probed), so a burst of load from elsewhere on the machine
     during a concurrent round is not mistaken for a badly shaped link; such
-    results say ``remeasured``.
+    results say ``remeasured``. While the host (hypervisor) steals CPU from
+    this machine during those, up to :data:`STOLEN_TRIES` times
+    (:func:`another_try`); each result says how much was stolen while its rate
+    was measured (``host_steal_pct``).
     """
     todo = targets(emu)
     wan = [t for t in todo if t.kind == "wan"]
@@ -288,6 +304,7 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
 
     probe(probe_pairs)
     rate_of: dict[tuple[str, str], float] = {}
+    stolen_of: dict[tuple[str, str], float] = {}
     total = len(todo)
 
     def run(batch: list[Target], seconds: float, omit_s: float, what: str = "throughput") -> None:
@@ -295,7 +312,12 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
         longest = max(warmup_s(t, omit_s) for t in batch) + seconds
         done = min(total, len(rate_of) + len(batch))
         progress(f"[{done}/{total}] {what} {names} ({longest:g} s)")
+        meter = StealMeter()
         rate_of.update(measure_throughputs(emu, batch, seconds=seconds, omit_s=omit_s))
+        stolen = meter.share()
+        stolen_of.update({(t.src, t.dst): stolen for t in batch})
+        if stolen >= STOLEN_SHARE:
+            progress(f"the host stole {100 * stolen:.0f}% of this machine's CPU during that measurement")
         emu.check_daemons()
 
     if wan:
@@ -307,7 +329,8 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
 
     def result(t: Target, remeasured: bool = False) -> Result:
         return Result(target=t, measured_mbps=rate_of[(t.src, t.dst)],
-                      measured_delay_ms=delay_of[(t.src, t.dst)], remeasured=remeasured)
+                      measured_delay_ms=delay_of[(t.src, t.dst)], remeasured=remeasured,
+                      host_steal_pct=100 * stolen_of[(t.src, t.dst)])
 
     results = [result(t) for t in todo]
     if not retry:
@@ -315,11 +338,13 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
     again = set()
     for r in results:
         t = r.target
-        if not bandwidth_ok(t.configured_mbps, r.measured_mbps):
+        key, tries = (t.src, t.dst), 0
+        while another_try(t, rate_of[key], tries, stolen_of[key]):
             wan_flow = t.kind == "wan"
             run([t], wan_seconds if wan_flow else intra_seconds, wan_omit_s if wan_flow else intra_omit_s,
                 what="re-measuring alone:")
             again.add(t)
+            tries += 1
         if not delay_ok(t.configured_delay_ms, r.measured_delay_ms):
             progress(f"re-probing {t.src} <-> {t.dst}")
             probe([t])

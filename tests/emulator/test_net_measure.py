@@ -102,3 +102,51 @@ def test_warmup_grows_with_round_trip_time():
     assert warmup_s(t, 2.0) == 2.0  # 67 ms RTT
     far = next(x for x in targets(fake_emu()) if (x.a, x.b) == ("tokyo", "london"))  # 230 ms RTT
     assert warmup_s(far, 2.0) == 4.0
+
+
+# --- the host's steal (emulator.net.hoststeal) -------------------------------------
+
+def proc_stat(tmp_path, steal_jiffies):
+    path = tmp_path / "stat"
+    path.write_text(f"cpu  100 0 50 900 3 0 7 {steal_jiffies} 0 0\ncpu0 50 0 25 450 1 0 3 0 0 0\n")
+    return str(path)
+
+
+def test_steal_meter_reads_the_share_of_all_cpus_stolen(tmp_path):
+    from emulator.net.hoststeal import USER_HZ, StealMeter, steal_s
+
+    path = proc_stat(tmp_path, 1000)
+    assert steal_s(path) == pytest.approx(1000 / USER_HZ)
+    clock = iter([10.0, 12.0])
+    meter = StealMeter(path=path, cpus=2, clock=lambda: next(clock))
+    proc_stat(tmp_path, 1000 + int(0.4 * USER_HZ))  # 0.4 s stolen over 2 s on 2 CPUs
+    assert meter.share() == pytest.approx(0.1)
+    (tmp_path / "stat").write_text("intr 1 2 3\n")  # no cpu line: nothing to tell
+    assert steal_s(path) is None
+    assert StealMeter(path=str(tmp_path / "missing"), cpus=2).share() == 0.0
+
+
+def test_a_flow_out_of_tolerance_is_measured_again_while_the_host_steals():
+    from emulator.net.measure import STOLEN_SHARE, STOLEN_TRIES, another_try
+
+    t = targets(fake_emu())[0]
+    low, calm, stolen = t.configured_mbps * 0.8, 0.0, STOLEN_SHARE * 2
+    assert not another_try(t, t.configured_mbps, 0, stolen)  # within tolerance: never
+    assert another_try(t, low, 0, calm)  # out of it: once, whatever the host did
+    assert not another_try(t, low, 1, calm)
+    assert another_try(t, low, 1, stolen) and another_try(t, low, STOLEN_TRIES - 1, stolen)
+    assert not another_try(t, low, STOLEN_TRIES, stolen)
+
+
+def test_table_says_when_the_host_stole_cpu_during_a_measurement():
+    emu = fake_emu()
+    ts = targets(emu)
+    results = [Result(target=t, measured_mbps=t.configured_mbps, measured_delay_ms=t.configured_delay_ms)
+               for t in ts]
+    assert "stole" not in format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, ok=True)
+    results[1] = Result(target=ts[1], measured_mbps=ts[1].configured_mbps * 0.85,
+                        measured_delay_ms=ts[1].configured_delay_ms, remeasured=True, host_steal_pct=9.4)
+    text = format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, ok=False)
+    assert "(re-measured alone; host stole 9% of the CPU)" in text
+    assert "stole up to 9% of this machine's CPU while measuring" in text
+    assert results[1].as_json()["host_steal_pct"] == 9.4

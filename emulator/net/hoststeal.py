@@ -1,0 +1,45 @@
+"""CPU time the hypervisor took from this virtual machine (``steal`` in /proc/stat).
+
+On a shared host a virtual CPU is now and then not run for tens of
+milliseconds while it has work. Everything emulated on it stops at once --
+senders, receivers, the delay stage -- while the clocks that pace the
+shapers run on, so a link measured then carries less than it is shaped to,
+and packets leave the delay stage late. The measurements take the share
+stolen while they ran (:class:`StealMeter`), to tell such a reading from a
+badly shaped link, say so, and measure again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+PROC_STAT = "/proc/stat"
+USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def steal_s(path: str = PROC_STAT) -> float | None:
+    """Seconds of CPU time stolen from all of this machine's CPUs since boot (None: not told)."""
+    try:
+        with open(path) as fh:
+            fields = fh.readline().split()
+        return int(fields[8]) / USER_HZ if fields and fields[0] == "cpu" else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class StealMeter:
+    """The share of the machine's CPU time stolen since it was made (0.0 where nothing tells)."""
+
+    def __init__(self, *, path: str = PROC_STAT, cpus: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.clock = path, clock
+        self.cpus = cpus or os.cpu_count() or 1
+        self.t0, self.s0 = clock(), steal_s(path)
+
+    def share(self) -> float:
+        s1, wall = steal_s(self.path), self.clock() - self.t0
+        if self.s0 is None or s1 is None or wall <= 0:
+            return 0.0
+        return max(0.0, (s1 - self.s0) / (wall * self.cpus))
