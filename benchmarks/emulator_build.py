@@ -6,7 +6,8 @@
    through a two-cluster link, at the default scaled rate and unshaped
    (scale 1, no rate limit that matters), reporting the goodput it carried,
    the daemon's CPU share of one core, and how late it released packets
-   (its own delay error) under that full-rate stream.
+   under that full-rate stream: in all, and its own share (less the time the
+   host did not run its loop: ``emulator.net.delayd``'s stalls).
 
 Run: ``sudo .venv/bin/python benchmarks/emulator_build.py [--repeat 5]``.
 """
@@ -80,7 +81,9 @@ def bench_stage(bandwidth_gbps: float, scale: float, seconds: float) -> dict | N
     return {"configured_mbps": flow[0].configured_mbps, "measured_mbps": mbps, "delay_ms": 20.0,
             "sender_cpu": cpu["east-gw"], "ack_cpu": cpu["west-gw"], "packets": sender["packets"],
             "p50": sender["p50_late_ms"], "p99": sender["p99_late_ms"], "p999": sender["p99.9_late_ms"],
-            "max": sender["max_late_ms"], "emulated_gbps": mbps * scale / 1000, "scale": scale}
+            "max": sender["max_late_ms"], "own_p99": sender["p99_own_late_ms"],
+            "own_max": sender["max_own_late_ms"], "stalls": sender["stage_stalls"],
+            "emulated_gbps": mbps * scale / 1000, "scale": scale}
 
 
 def machine() -> str:
@@ -119,18 +122,22 @@ def report(build: dict, stages: list[dict]) -> str:
             "",
             "Two clusters, one link with 20 ms one-way delay, one iperf3 stream (2 s warm-up excluded). "
             "CPU is the delay daemon's share of one core (user + system) over the stream; "
-            "lateness is release time minus due time for every packet the stage held, "
-            "i.e. the stage's own delay error. The data direction's daemon holds data "
+            "lateness is release time minus due time for every packet the stage held; its own "
+            "lateness leaves out the time the host did not run its loop though it was due (stalls "
+            "of 0.1 ms or more: a virtual CPU stolen by the hypervisor, a kernel that does not "
+            "preempt). The data direction's daemon holds data "
             "packets (GSO batches of up to 64 KiB); the other direction's holds the ACKs.",
             "",
             "| scale | wire goodput configured Mbit/s | measured Mbit/s | emulated Gbit/s | daemon CPU (data / ACKs) "
-            "| packets held | late p50 / p99 / p99.9 / max ms |",
-            "|---|---|---|---|---|---|---|",
+            "| packets held | late p50 / p99 / p99.9 / max ms | own late p99 / max ms | host stalls (count, max ms) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for s in stages:
             lines.append(f"| {s['scale']:g} | {s['configured_mbps']:.0f} | {s['measured_mbps']:.0f} | "
                          f"{s['emulated_gbps']:.2f} | {100 * s['sender_cpu']:.0f}% / {100 * s['ack_cpu']:.0f}% | "
-                         f"{s['packets']} | {s['p50']:.2f} / {s['p99']:.2f} / {s['p999']:.2f} / {s['max']:.2f} |")
+                         f"{s['packets']} | {s['p50']:.2f} / {s['p99']:.2f} / {s['p999']:.2f} / {s['max']:.2f} | "
+                         f"{s['own_p99']:.2f} / {s['own_max']:.2f} | "
+                         f"{s['stalls']['count']}, {s['stalls']['max_ms']:.1f} |")
         top = max(stages, key=lambda s: s["measured_mbps"])
         per_core = top["measured_mbps"] / max(top["sender_cpu"], 1e-9) / 1000
         lines += [

@@ -22,7 +22,19 @@ queue cannot starve releases on another.
 Run: ``python -m emulator.net.delayd --queue NUM:DELAY_MS[:JITTER_MS[:LOSS_PCT]] ...``.
 It prints ``ready`` on stdout once every queue is bound, exits 0 on SIGTERM or
 SIGINT and, with ``--stats FILE``, writes its counters there as JSON on exit
-and on SIGUSR1 (lateness = release time minus due time, the stage's own error).
+and on SIGUSR1 (lateness = release time minus due time).
+
+Lateness has two causes, counted apart. The stage's own: its loop was busy
+(reading a burst, releasing another queue). The host's: the loop was ready
+to run and was not run -- its ``select`` returned later than its timeout, or
+it was off the CPU between two steps though it never blocked there (a
+hypervisor stealing the virtual CPU, a kernel that does not preempt). The
+loop measures those stalls (each round's wall time less its own CPU time and
+less its sleep in ``select`` up to the timeout it asked for) and charges
+each late packet the stall time after its due time, up to its lateness; the
+rest is the stage's own (``p99_own_late_ms``). ``stage_stalls`` counts the
+stalls of 0.1 ms or more: on a busy virtual machine they, not the stage,
+make packets late.
 
 Live changes (issue 19, a WAN that changes under running jobs): with
 ``--control FILE``, SIGHUP makes it read FILE -- a sequence number on the
@@ -36,6 +48,7 @@ machine-wide monotonic clock).
 from __future__ import annotations
 
 import argparse
+import bisect
 import gc
 import json
 import math
@@ -58,6 +71,8 @@ LATE_BUCKETS_S = tuple(b / 1e3 for b in LATE_BUCKETS_MS)
 HIST_BIN_MS = 0.05  # lateness histogram: 0.05 ms bins up to 50 ms (the last bin takes the rest)
 HIST_BINS = 1000
 HIST_PER_S = 1e3 / HIST_BIN_MS
+STALL_MIN_S = 1e-4  # a stall shorter than this is not recorded (a wake-up's own latency)
+STALL_LOG_MAX = 4096  # recorded stalls kept before those no pending packet can need are dropped
 
 
 @dataclass(kw_only=True)
@@ -94,6 +109,9 @@ class _Queue:
     late_max_s: float = 0.0
     late_over: list = field(default_factory=lambda: [0] * len(LATE_BUCKETS_MS))
     late_hist: list = field(default_factory=lambda: [0] * (HIST_BINS + 1))
+    own_max_s: float = 0.0
+    own_hist: list = field(default_factory=lambda: [0] * (HIST_BINS + 1))  # lateness less the host's share
+    host_delayed: int = 0  # packets released late partly because the host stalled the loop
 
     jitter_x: float = 0.0
     jitter_t: float | None = None
@@ -115,19 +133,66 @@ class _Queue:
                 "mean_late_ms": 1e3 * self.late_sum_s / released if released else 0.0,
                 "max_late_ms": 1e3 * self.late_max_s,
                 "late_over_ms": dict(zip((f"{b:g}" for b in LATE_BUCKETS_MS), self.late_over)),
-                **{f"p{q:g}_late_ms": self.late_quantile_ms(q / 100) for q in (50, 99, 99.9)}}
+                **{f"p{q:g}_late_ms": quantile_ms(self.late_hist, q / 100) for q in (50, 99, 99.9)},
+                "max_own_late_ms": 1e3 * self.own_max_s, "host_delayed": self.host_delayed,
+                **{f"p{q:g}_own_late_ms": quantile_ms(self.own_hist, q / 100) for q in (50, 99, 99.9)}}
 
-    def late_quantile_ms(self, q: float) -> float:
-        """Upper edge of the histogram bin holding quantile ``q`` of released packets' lateness."""
-        total = sum(self.late_hist)
-        if not total:
+
+def quantile_ms(hist: list[int], q: float) -> float:
+    """Upper edge of the lateness histogram's bin holding quantile ``q`` of its packets."""
+    total = sum(hist)
+    if not total:
+        return 0.0
+    seen = 0
+    for i, count in enumerate(hist):
+        seen += count
+        if seen >= q * total:
+            return (i + 1) * HIST_BIN_MS
+    return HIST_BINS * HIST_BIN_MS
+
+
+@dataclass
+class StallLog:
+    """The times the loop was ready to run and was not run (the module doc), in order.
+
+    Each stall is kept as ``[end - length, end]``, ``end`` the moment the loop
+    noticed it: where in the step it fell is unknown, and every step after it
+    in that wake-up was pushed back by its whole length anyway.
+    """
+
+    ends: list = field(default_factory=list)
+    lengths: list = field(default_factory=list)
+    upto: list = field(default_factory=list)  # stalled seconds up to and including each
+    count: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+
+    def note(self, end: float, length: float) -> None:
+        if length < STALL_MIN_S:
+            return
+        self.count += 1
+        self.total_s += length
+        self.max_s = max(self.max_s, length)
+        self.ends.append(end)
+        self.lengths.append(length)
+        self.upto.append(self.total_s)
+
+    def since(self, t: float) -> float:
+        """Stalled seconds after ``t`` (the host's share of a packet due at ``t`` and released now)."""
+        ends = self.ends
+        if not ends or ends[-1] <= t:
             return 0.0
-        seen = 0
-        for i, count in enumerate(self.late_hist):
-            seen += count
-            if seen >= q * total:
-                return (i + 1) * HIST_BIN_MS
-        return HIST_BINS * HIST_BIN_MS
+        i = bisect.bisect_right(ends, t)
+        length = self.lengths[i]
+        return self.total_s - self.upto[i] + length - max(0.0, t - (ends[i] - length))
+
+    def forget_before(self, t: float) -> None:
+        """Drop the stalls that ended by ``t`` (no packet due at or after ``t`` needs them)."""
+        i = bisect.bisect_right(self.ends, t)
+        del self.ends[:i], self.lengths[:i], self.upto[:i]
+
+    def stats(self) -> dict:
+        return {"count": self.count, "total_ms": 1e3 * self.total_s, "max_ms": 1e3 * self.max_s}
 
 
 class DelayStage:
@@ -137,6 +202,7 @@ class DelayStage:
         self.queues = {s.num: _Queue(s) for s in specs}
         self.sock = sock
         self.rng = random.Random(seed)
+        self.stalls = StallLog()
         self.stopping = False
 
     def update(self, specs: list[QueueSpec]) -> None:
@@ -171,6 +237,8 @@ class DelayStage:
     def release_due(self, now: float) -> float:
         """Accept every due packet; return the next due time (inf when idle)."""
         next_due = float("inf")
+        stalls = self.stalls
+        last_stall = stalls.ends[-1] if stalls.ends else -math.inf
         for q in self.queues.values():
             pending = q.pending
             last = None
@@ -185,29 +253,46 @@ class DelayStage:
                     for i, bound in enumerate(LATE_BUCKETS_S):
                         if late > bound:
                             q.late_over[i] += 1
+                if last_stall > due:  # the host stalled the loop after this packet was due
+                    q.host_delayed += 1
+                    late = max(0.0, late - stalls.since(due))
+                if late > q.own_max_s:
+                    q.own_max_s = late
+                q.own_hist[min(int(late * HIST_PER_S), HIST_BINS)] += 1
             if last is not None:
                 self.sock.verdict(q.spec.num, last, NF_ACCEPT, batch=True)
             if pending and pending[0][0] < next_due:
                 next_due = pending[0][0]
+        if len(stalls.ends) > STALL_LOG_MAX:
+            stalls.forget_before(min(next_due, now))
         return next_due
 
     def run(self) -> None:
-        clock = time.monotonic
+        clock, cpu = time.monotonic, time.thread_time
         fd = self.sock.fileno()
+        note = self.stalls.note
+        last, last_cpu, slept = clock(), cpu(), 0.0
         while not self.stopping:
-            now = clock()
+            now, now_cpu = clock(), cpu()
+            # since the last round: wall time not spent on the CPU, nor asleep in select as asked
+            # (its overshoot past the timeout counts): the host did not run the loop
+            note(now, (now - last) - (now_cpu - last_cpu) - slept)
+            last, last_cpu = now, now_cpu
             next_due = self.release_due(now)
-            timeout = min(max(0.0, next_due - clock()), IDLE_WAKE_S)
+            before = clock()
+            timeout = min(max(0.0, next_due - before), IDLE_WAKE_S)
             try:
                 readable, _, _ = select.select([fd], [], [], timeout)
             except InterruptedError:
-                continue
+                readable = ()
+            slept = min(clock() - before, timeout)
             if readable:
                 packets = self.sock.receive(READ_BATCH)
                 self.on_packets(packets, clock())
 
     def stats(self) -> list[dict]:
-        return [q.stats() for q in self.queues.values()]
+        stage = self.stalls.stats()
+        return [{**q.stats(), "stage_stalls": stage} for q in self.queues.values()]
 
 
 def _write_stats(path: str | None, stage: DelayStage) -> None:

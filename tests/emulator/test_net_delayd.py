@@ -1,12 +1,21 @@
 """The delay stage's logic and its netlink messages (pure, no root)."""
 
+import json
+import signal
 import socket
 import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
 from emulator.net import nfq
-from emulator.net.delayd import DelayStage, QueueSpec
+from emulator.net.delayd import DelayStage, QueueSpec, StallLog
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class FakeSocket:
@@ -151,3 +160,87 @@ def test_lateness_quantiles():
     s.release_due(0.01012)  # all 0.12 ms late
     st = s.stats()[0]
     assert st["p50_late_ms"] == pytest.approx(0.15) and st["p99.9_late_ms"] == pytest.approx(0.15)
+
+
+# --- the host's stalls, apart from the stage's own lateness ------------------------
+
+def test_stall_log_charges_only_the_stall_time_after_a_moment():
+    log = StallLog()
+    log.note(1.030, 0.030)  # [1.000, 1.030]
+    log.note(2.010, 0.010)  # [2.000, 2.010]
+    log.note(3.0, 0.00005)  # under STALL_MIN_S: not a stall
+    assert log.count == 2 and log.max_s == pytest.approx(0.030)
+    assert log.since(0.5) == pytest.approx(0.040)
+    assert log.since(1.010) == pytest.approx(0.020 + 0.010)
+    assert log.since(1.5) == pytest.approx(0.010)
+    assert log.since(2.010) == 0.0
+    log.forget_before(1.5)
+    assert log.ends == [2.010] and log.since(1.5) == pytest.approx(0.010)
+
+
+def test_a_packet_held_up_by_a_host_stall_is_not_the_stages_own_lateness():
+    s, _sock = stage(QueueSpec(num=0, delay_ms=10.0))
+    s.on_packets([(0, 1)], now=0.0)  # due 0.010
+    s.on_packets([(0, 2)], now=0.032)  # due 0.042
+    s.stalls.note(0.040, 0.035)  # the loop was off the CPU from 0.005 to 0.040
+    s.release_due(0.0405)  # packet 1: 30.5 ms late, 30 of them the host's
+    s.release_due(0.0450)  # packet 2: due after the stall, 3 ms late: the stage's own
+    st = s.stats()[0]
+    assert st["max_late_ms"] == pytest.approx(30.5)
+    assert st["host_delayed"] == 1
+    assert st["p50_own_late_ms"] == pytest.approx(0.55)  # packet 1: 0.5 ms, in the 0.50-0.55 bin
+    assert st["max_own_late_ms"] == pytest.approx(3.0)
+    assert st["stage_stalls"] == {"count": 1, "total_ms": pytest.approx(35.0), "max_ms": pytest.approx(35.0)}
+
+
+def test_a_stall_that_ended_before_the_due_time_excuses_nothing():
+    s, _sock = stage(QueueSpec(num=0, delay_ms=10.0))
+    s.on_packets([(0, 1)], now=0.0)
+    s.stalls.note(0.005, 0.004)
+    s.release_due(0.013)
+    st = s.stats()[0]
+    assert st["host_delayed"] == 0 and st["max_own_late_ms"] == pytest.approx(3.0)
+
+
+# The real loop in a child process, stopped from outside (SIGSTOP) for 80 ms while packets were
+# due: the stall is measured, and the packets it held are charged to it, not to the stage.
+LOOP_CHILD = textwrap.dedent("""
+    import json, os, signal, sys, time
+    from emulator.net.delayd import DelayStage, QueueSpec
+
+    class Idle:  # a socket that never has packets: the loop only releases
+        def __init__(self):
+            self.r, self.w = os.pipe()
+        def fileno(self):
+            return self.r
+        def verdict(self, *a, **k):
+            pass
+
+    stage = DelayStage([QueueSpec(num=0, delay_ms=20.0)], Idle())
+    t0 = time.monotonic()
+    for i in range(1000):  # one packet due every 0.5 ms for 0.5 s
+        stage.on_packets([(0, i + 1)], now=t0 + i * 0.0005)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(stage, "stopping", True))
+    print("ready", flush=True)
+    stage.run()
+    print(json.dumps(stage.stats()[0]), flush=True)
+""")
+
+
+def test_the_loop_measures_a_stall_and_charges_it_to_the_host():
+    proc = subprocess.Popen([sys.executable, "-c", LOOP_CHILD], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.15)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.08)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.6)  # every packet due by now
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    st = json.loads(out)
+    assert st["stage_stalls"]["max_ms"] >= 70, st
+    assert st["max_late_ms"] >= 60 and st["host_delayed"] >= 100, st  # ~160 packets fell due while stopped
+    assert st["p99_own_late_ms"] < 2.0, st

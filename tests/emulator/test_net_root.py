@@ -72,7 +72,10 @@ def test_two_cluster_network_is_within_tolerance(two_cluster, state_dir, assert_
     if emu.mechanism == "nfqueue":  # the delay stage kept its delay under the full-rate streams
         queues = [q for per_router in stats.values() for q in per_router]
         assert len(queues) == 2 and all(q["packets"] > 1000 for q in queues)
-        assert all(q["p99_late_ms"] < DELAY_ABS_MS for q in queues), queues
+        # its own lateness: what the host's stalls of its loop (a virtual CPU stolen for tens of ms,
+        # which failed this test on busy hours) add is counted apart, in stage_stalls and host_delayed
+        assert all(q["p99_own_late_ms"] < DELAY_ABS_MS for q in queues), queues
+        assert all(q["p99_own_late_ms"] <= q["p99_late_ms"] for q in queues), queues
     assert_no_leak()
 
 
