@@ -160,7 +160,9 @@ def format_steps(steps: list[Step]) -> str:
         settle = "never" if st.settle_s is None else f"{st.settle_s:.2f} s"
         lines.append(f"{st.direction:<22} {st.from_gbps:>6g} -> {st.to_gbps:<4g} {st.rate_before_mbps:>13.1f} "
                      f"{st.rate_after_mbps:>8.1f} {st.apply_ms:>6.0f} ms {settle:>8}  "
-                     + ("ok" if st.ok else f"FAIL: in force after > {APPLY_MS:g} ms or never settled"))
+                     + ("ok" if st.ok else f"FAIL: in force after > {APPLY_MS:g} ms or never settled")
+                     + (f" (host stole {st.host_steal_pct:.0f}% of the CPU)"
+                        if st.host_steal_pct >= 100 * STOLEN_SHARE else ""))
     return "\n".join(lines)
 
 

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from emulator.net.step import SAMPLE_S, rate_after, settle_time
+from emulator.net.measure import STOLEN_SHARE, STOLEN_TRIES
+from emulator.net.step import SAMPLE_S, Step, rate_after, settle_time, step_again
 
 
 def _samples(rate_mbps, end: float) -> list[tuple[float, int]]:
@@ -38,3 +39,17 @@ def test_a_rate_that_never_settles_is_read_over_the_phases_second_half():
     samples = _samples(lambda t: 100.0 if t < 1.0 else 80.0, 4.0)
     assert settle_time(samples, 1.0, 3.8, 50.0) is None
     assert rate_after(samples, 1.0, 3.8, 50.0) == pytest.approx(80.0, rel=0.01)
+
+
+def _step(settle_s, steal_pct):
+    return Step(link="east-west", direction="east -> west", from_gbps=0.6, to_gbps=0.3, rate_before_mbps=60.0,
+                rate_after_mbps=30.0, apply_ms=20.0, settle_s=settle_s, host_steal_pct=steal_pct)
+
+
+def test_a_failed_step_is_made_again_only_while_the_host_steals():
+    stolen, calm = 100 * STOLEN_SHARE * 2, 0.0
+    assert not step_again([_step(0.2, stolen), _step(0.5, stolen)], 0)  # both ok
+    assert not step_again([_step(0.2, calm), _step(None, calm)], 0)  # failed on a quiet host: a verdict
+    assert step_again([_step(0.2, stolen), _step(None, stolen)], 0)
+    assert step_again([_step(None, stolen)], STOLEN_TRIES - 1) and not step_again([_step(None, stolen)], STOLEN_TRIES)
+    assert _step(None, stolen).as_json()["host_steal_pct"] == pytest.approx(stolen)
