@@ -42,6 +42,8 @@ from emulator.jobs.replay import BASE_PORT, JobRun, RunConfig, Runner
 from emulator.jobs.startup import startup_s as job_startup_s
 from emulator.net.capability import require_root
 from emulator.net.check import add_network_arguments, resolve_topology
+from emulator.net.hoststeal import StealMeter
+from emulator.net.measure import STOLEN_SHARE
 from emulator.net.state import StateStore
 from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, applied_events,
                           check_split, check_warmup, emulation, rank_pools, resolve_network, servers_and_topology,
@@ -234,10 +236,22 @@ def write_outputs(out: Path, results: dict[str, dict], meta: dict) -> str:
             f"Ranked by avg JCT, best first: measured {', '.join(ranking(results, 'measured'))}; "
             f"simulated {', '.join(ranking(results, 'simulated'))}.\n\n"
             "JCT and throughput in real-equivalent seconds (wall / dilation); error = (simulated - measured) / "
-            "measured; every ratio > 1 means the reference planner is better.\n")
+            "measured; every ratio > 1 means the reference planner is better.\n" + stolen_note(results))
     (out / "headline.md").write_text(text)
     jct_cdf(results, out / "jct_cdf", f"JCT, measured vs simulated: {meta['what']}")
     return text
+
+
+def stolen_note(results: dict[str, dict]) -> str:
+    """A paragraph naming the replays during which the host stole STOLEN_SHARE of the CPU or more."""
+    stolen = {name: r["host_steal_pct"] for name, r in results.items()
+              if r.get("host_steal_pct", 0.0) >= 100 * STOLEN_SHARE}
+    if not stolen:
+        return ""
+    each = ", ".join(f"{name} {pct:.0f}%" for name, pct in stolen.items())
+    return (f"\nThe host (hypervisor) stole this machine's CPU during replays ({each}; /proc/stat steal): every "
+            "emulated process stops meanwhile, so those replays' measured times run long by up to about that "
+            "much, and measured ratios between planners lean against them; run again when the host is quieter.\n")
 
 
 def jct_cdf(results: dict[str, dict], stem: Path, title: str) -> None:
@@ -325,16 +339,19 @@ def main(args: argparse.Namespace) -> int:
                 runner = Runner(topo, jobs, cfg, emu, out_dir=out / name, pool=pool, first_port=port,
                                 log=lambda m, name=name: progress(f"{name}: {m}"), wan_events=wan_events,
                                 capacity_events=capacity_events)
-                started = time.monotonic()
+                started, meter = time.monotonic(), StealMeter()
                 try:
                     runner.run()
                 except BaseException:
                     runner.interrupt()
                     raise
                 finally:
+                    stolen = 100 * meter.share()
                     write_results(out / name, runner.jobs, net, emu.mechanism, time.monotonic() - started,
-                                  runner.peak_ranks, applied_events(runner))
-                    results[name] = planner_result(runner.jobs, simulated, topo.total_gpus, startup_of(args.startup, topo, net))
+                                  runner.peak_ranks, applied_events(runner), host_steal_pct=stolen)
+                    results[name] = {**planner_result(runner.jobs, simulated, topo.total_gpus,
+                                                      startup_of(args.startup, topo, net)),
+                                     "host_steal_pct": round(stolen, 2)}
                 port = runner.next_port
                 r = results[name]
                 progress(f"{name}: avg JCT measured {fmt_value(r['measured']['avg_jct_s'], '.2f')} s, simulated "

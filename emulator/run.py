@@ -36,7 +36,9 @@ from emulator.jobs.compute import COMPUTE_MODES
 from emulator.jobs.dilation import Choice, choose_dilation, measure_op_overhead_s
 from spiderflow.errors import EmulatorError
 from emulator.jobs.launch import emulated_view, predict_emulated
+from emulator.net.hoststeal import StealMeter
 from emulator.net.layout import NetConfig
+from emulator.net.measure import STOLEN_SHARE
 from emulator.jobs.pool import RankPool
 from emulator.jobs.replay import JobRun, RunConfig, Runner
 from emulator.net.state import StateStore
@@ -252,7 +254,7 @@ def main(args: argparse.Namespace) -> int:
              f"{cfg.iterations} iterations ({cfg.warmup} warm-up); arrivals / {cfg.time_scale:g}; output {out}")
     progress(f"scale {net.scale:g}, dilation {net.dilation:g}: {choice.reason}")
 
-    t0 = time.monotonic()
+    t0, meter = time.monotonic(), StealMeter()
     runner = None
     mechanism = None
     try:
@@ -271,14 +273,15 @@ def main(args: argparse.Namespace) -> int:
                 raise
     finally:
         if runner is not None:
-            wall = time.monotonic() - t0
-            write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks, applied_events(runner))
+            wall, stolen = time.monotonic() - t0, 100 * meter.share()
+            write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks, applied_events(runner),
+                          host_steal_pct=stolen)
             progress(f"results in {out} ({wall:.0f} s in all, at most {runner.peak_ranks} ranks at once)")
-    result = as_json(runner.jobs, net, out, runner.peak_ranks, applied_events(runner))
+    result = as_json(runner.jobs, net, out, runner.peak_ranks, applied_events(runner), host_steal_pct=stolen)
     if args.json:
         print(dumps(result, indent=1))
     else:
-        print(format_table(runner.jobs, net, mechanism, out))
+        print(format_table(runner.jobs, net, mechanism, out, host_steal_pct=stolen))
     return 0 if all(j.status == "ok" for j in runner.jobs) else 1
 
 
@@ -311,10 +314,11 @@ def after_change_errors(jobs: list[JobRun]) -> list[float]:
 
 
 def as_json(jobs: list[JobRun], net: NetConfig, out: Path, peak_ranks: int | None = None,
-            wan_events: list[dict] | None = None) -> dict:
+            wan_events: list[dict] | None = None, host_steal_pct: float | None = None) -> dict:
     errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
     res = {"jobs": [j.as_json() for j in jobs], "scale": net.scale, "dilation": net.dilation, "out": str(out),
-           "median_abs_error_pct": statistics.median(errs) if errs else None, "peak_ranks": peak_ranks}
+           "median_abs_error_pct": statistics.median(errs) if errs else None, "peak_ranks": peak_ranks,
+           "host_steal_pct": None if host_steal_pct is None else round(host_steal_pct, 2)}
     if wan_events is not None:
         after = after_change_errors(jobs)
         res["wan_events"] = wan_events
@@ -331,7 +335,7 @@ def _fmt(x, spec=".3f") -> str:
 
 
 def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str | None, wall_s: float,
-                  peak_ranks: int, wan_events: list[dict] | None = None) -> None:
+                  peak_ranks: int, wan_events: list[dict] | None = None, *, host_steal_pct: float = 0.0) -> None:
     with open(out / "jobs.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         w.writeheader()
@@ -341,9 +345,9 @@ def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str 
             w.writerow({**{k: d.get(k) for k in CSV_FIELDS if k in d},
                         "placement": " ".join(f"{c}:{g}" for c, g in d["placement"].items()),
                         "measured_min_s": spread[0], "measured_max_s": spread[1], "reason": d.get("reason", "")})
-    res = as_json(jobs, net, out, peak_ranks, wan_events)
+    res = as_json(jobs, net, out, peak_ranks, wan_events, host_steal_pct)
     (out / "summary.md").write_text(
-        f"# emulator run\n\n{format_table(jobs, net, mechanism, out)}\n\n"
+        f"# emulator run\n\n{format_table(jobs, net, mechanism, out, host_steal_pct=host_steal_pct)}\n\n"
         f"wall time {wall_s:.0f} s; at most {peak_ranks} ranks at once\n")
     (out / "result.json").write_text(dumps(res, indent=1) + "\n")
     with open(out / "ranks.jsonl", "w") as fh:  # every rank's lines in one file
@@ -351,7 +355,8 @@ def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str 
             fh.write(path.read_text())
 
 
-def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out: Path) -> str:
+def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out: Path, *,
+                 host_steal_pct: float = 0.0) -> str:
     k = net.dilation
     lines = [f"scale {net.scale:g} (bytes and bandwidths / {net.scale:g}; intra-cluster capped at "
              f"{net.intra_cap_mbps * net.scale / 1000:g} Gbit/s real-equivalent), dilation {k:g} "
@@ -384,4 +389,8 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
               else "no job measured",
               "predicted: the cost model with the link load at the job's launch (what the planner saw); "
               "shared: with the load of every job that overlapped it", f"output: {out}"]
+    if host_steal_pct >= 100 * STOLEN_SHARE:
+        lines.insert(-1, f"the host (hypervisor) stole {host_steal_pct:.0f}% of this machine's CPU during the run "
+                         "(/proc/stat steal): every emulated process stops meanwhile, so measured times run long "
+                         "by up to about that much")
     return "\n".join(lines)

@@ -102,3 +102,16 @@ def test_events_are_compressed_like_arrivals_in_the_simulated_replay():
         thin[0], time_s=10.0 * plain.end_s * 1.01),))
     # due after the job ended: no effect (its run, that is: its start moves by the planner's charged wall time)
     assert late.end_s - late.start_s == pytest.approx(plain.end_s - plain.start_s)
+
+
+def test_replays_the_host_stole_from_are_named():
+    from emulator.compare import stolen_note
+    from emulator.run import format_table
+
+    assert stolen_note({"spinsearch": {"host_steal_pct": 0.4}, "ilp": {"host_steal_pct": 1.9}}) == ""
+    note = stolen_note({"spinsearch": {"host_steal_pct": 0.4}, "ilp": {"host_steal_pct": 7.6}})
+    assert "(ilp 8%; /proc/stat steal)" in note and "spinsearch" not in note
+    quiet = format_table([], NetConfig(), "nfqueue", "out")
+    busy = format_table([], NetConfig(), "nfqueue", "out", host_steal_pct=5.2)
+    assert "stole" not in quiet and "stole 5% of this machine's CPU during the run" in busy
+    assert busy.splitlines()[-1] == "output: out"

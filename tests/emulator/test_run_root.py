@@ -53,6 +53,7 @@ def test_two_jobs_run_and_match_their_predictions(inputs, state_dir, assert_no_l
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["scale"] == 10.0 and result["out"] == str(inputs / "out")
+    assert 0.0 <= result["host_steal_pct"] < 100.0  # what the hypervisor took meanwhile (/proc/stat)
     jobs = {j["job_id"]: j for j in result["jobs"]}
     assert set(jobs) == {"wan", "local"}
     for j in jobs.values():
