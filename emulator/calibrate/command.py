@@ -32,6 +32,7 @@ from emulator.net.capability import require_root
 from emulator.net.check import add_network_arguments, network_config, resolve_topology
 from emulator.jobs.dilation import Choice, choose_dilation, measure_op_overhead_s
 from spiderflow.errors import EmulatorError
+from emulator.net.hoststeal import StealMeter
 from emulator.net.layout import NetConfig
 from emulator.net.servers import ServerSet, add_server_arguments
 from emulator.run import MAX_ITERATIONS, check_split, check_warmup, emulation, rank_pools, servers_of, topology_split
@@ -177,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
         config.update(servers=list(servers.names), tunnel=servers.tunnel,
                       assignment={t.source: a for t, a in splits}, clock_offsets={})
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-    t0 = time.monotonic()
+    t0, meter = time.monotonic(), StealMeter()
     cal_paths = []
     try:
         for topo, assignment in splits:
@@ -190,6 +191,7 @@ def main(args: argparse.Namespace) -> int:
             finally:
                 if "clock_offsets" in record:
                     config["clock_offsets"][topo.source] = record["clock_offsets"]
+                config["host_steal_pct"] = round(100 * meter.share(), 2)  # so far: the report reads it
                 (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     finally:
         from emulator.calibrate.fit import read_jsonl

@@ -21,6 +21,7 @@ from matplotlib.patches import Patch
 
 from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, fit_compute, fit_records,
                                     group_records, latency_steps, read_jsonl)
+from emulator.net.measure import STOLEN_SHARE
 from spiderflow.errors import EmulatorError
 from spiderflow.costmodel.network import GBPS
 from spiderflow.errors import ConfigError
@@ -538,6 +539,11 @@ def write_report(run_dir: Path) -> Path:
              f"{run.config.get('compute', DASH)}, started {run.config.get('started', DASH)}.", ""]
     if run.config.get("note"):  # a hand correction of config.json, and why
         lines += [f"Note (config.json): {run.config['note']}", ""]
+    stolen = run.config.get("host_steal_pct") or 0.0
+    if stolen >= 100 * STOLEN_SHARE:
+        lines += [f"The host (hypervisor) stole {stolen:.0f}% of this machine's CPU during the run (/proc/stat "
+                  "steal): every emulated process stops meanwhile, so measured times run long by up to about "
+                  "that much; calibrate again when the host is quieter.", ""]
     lines += _links_section(fits, groups, many, figures)
     lines += _collectives_section(fits, groups, many)
     if any(not f["error"] for f in fits):

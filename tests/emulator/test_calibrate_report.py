@@ -158,6 +158,14 @@ def test_config_alone_gives_a_report_that_says_what_is_missing(tmp_path):
     assert "No p2p measurements" in text and not (tmp_path / "figures").exists()
 
 
+def test_the_report_says_when_the_host_stole_cpu_during_the_run(tmp_path):
+    config = {"scale": 4, "dilation": 2, "mechanism": "netem", "host_steal_pct": 1.5}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert "stole" not in write_report(tmp_path).read_text()
+    (tmp_path / "config.json").write_text(json.dumps({**config, "host_steal_pct": 6.3}))
+    assert "The host (hypervisor) stole 6% of this machine's CPU during the run" in write_report(tmp_path).read_text()
+
+
 def test_compute_records_give_a_compute_section(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"scale": 10, "mechanism": "nfqueue", "compute": "real"}))
     (tmp_path / "microbench.jsonl").write_text("".join(json.dumps(
