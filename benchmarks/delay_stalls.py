@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -45,6 +44,7 @@ from emulator.net.hoststeal import StealMeter  # noqa: E402
 from emulator.net.layout import NetConfig  # noqa: E402
 from emulator.net.measure import measure_all  # noqa: E402
 from emulator.net.tolerance import DELAY_ABS_MS  # noqa: E402
+from spiderflow.bench import machine  # noqa: E402
 from spiderflow.topology import parse_topology  # noqa: E402
 
 TOPOLOGY = {"name": "two",
@@ -90,12 +90,6 @@ def one_run(stolen: bool, busy_ms: float, period_ms: float) -> dict:
             "stalls": max(q["stage_stalls"]["count"] for q in queues),
             "stall_max": max(q["stage_stalls"]["max_ms"] for q in queues),
             "stalled_ms": max(q["stage_stalls"]["total_ms"] for q in queues)}
-
-
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return f"{os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def report(rows: list[dict], args: argparse.Namespace) -> str:

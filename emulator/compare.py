@@ -42,8 +42,7 @@ from emulator.jobs.replay import BASE_PORT, JobRun, RunConfig, Runner
 from emulator.jobs.startup import startup_s as job_startup_s
 from emulator.net.capability import require_root
 from emulator.net.check import add_network_arguments, resolve_topology
-from emulator.net.hoststeal import StealMeter
-from emulator.net.measure import STOLEN_SHARE
+from emulator.net.hoststeal import StealMeter, noticeable
 from emulator.net.state import StateStore
 from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, applied_events,
                           check_split, check_warmup, emulation, rank_pools, resolve_network, servers_and_topology,
@@ -243,9 +242,8 @@ def write_outputs(out: Path, results: dict[str, dict], meta: dict) -> str:
 
 
 def stolen_note(results: dict[str, dict]) -> str:
-    """A paragraph naming the replays during which the host stole STOLEN_SHARE of the CPU or more."""
-    stolen = {name: r["host_steal_pct"] for name, r in results.items()
-              if r.get("host_steal_pct", 0.0) >= 100 * STOLEN_SHARE}
+    """A paragraph naming the replays during which the host stole a noticeable share of the CPU."""
+    stolen = {name: r["host_steal_pct"] for name, r in results.items() if noticeable(r.get("host_steal_pct", 0.0))}
     if not stolen:
         return ""
     each = ", ".join(f"{name} {pct:.0f}%" for name, pct in stolen.items())

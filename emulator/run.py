@@ -36,9 +36,8 @@ from emulator.jobs.compute import COMPUTE_MODES
 from emulator.jobs.dilation import Choice, choose_dilation, measure_op_overhead_s
 from spiderflow.errors import EmulatorError
 from emulator.jobs.launch import emulated_view, predict_emulated
-from emulator.net.hoststeal import StealMeter
+from emulator.net.hoststeal import StealMeter, noticeable, stolen_sentence
 from emulator.net.layout import NetConfig
-from emulator.net.measure import STOLEN_SHARE
 from emulator.jobs.pool import RankPool
 from emulator.jobs.replay import JobRun, RunConfig, Runner
 from emulator.net.state import StateStore
@@ -389,8 +388,7 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
               else "no job measured",
               "predicted: the cost model with the link load at the job's launch (what the planner saw); "
               "shared: with the load of every job that overlapped it", f"output: {out}"]
-    if host_steal_pct >= 100 * STOLEN_SHARE:
-        lines.insert(-1, f"the host (hypervisor) stole {host_steal_pct:.0f}% of this machine's CPU during the run "
-                         "(/proc/stat steal): every emulated process stops meanwhile, so measured times run long "
-                         "by up to about that much")
+    if noticeable(host_steal_pct):
+        lines.insert(-1, stolen_sentence(f"{host_steal_pct:.0f}%", "during the run")
+                     + ", so measured times run long by up to about that much")
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from matplotlib.patches import Patch
 
 from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, fit_compute, fit_records,
                                     group_records, latency_steps, read_jsonl)
-from emulator.net.measure import STOLEN_SHARE
+from emulator.net.hoststeal import noticeable, stolen_sentence
 from spiderflow.errors import EmulatorError
 from spiderflow.costmodel.network import GBPS
 from spiderflow.errors import ConfigError
@@ -540,10 +540,10 @@ def write_report(run_dir: Path) -> Path:
     if run.config.get("note"):  # a hand correction of config.json, and why
         lines += [f"Note (config.json): {run.config['note']}", ""]
     stolen = run.config.get("host_steal_pct") or 0.0
-    if stolen >= 100 * STOLEN_SHARE:
-        lines += [f"The host (hypervisor) stole {stolen:.0f}% of this machine's CPU during the run (/proc/stat "
-                  "steal): every emulated process stops meanwhile, so measured times run long by up to about "
-                  "that much; calibrate again when the host is quieter.", ""]
+    if noticeable(stolen):
+        sentence = stolen_sentence(f"{stolen:.0f}%", "during the run")
+        lines += [sentence[0].upper() + sentence[1:] + ", so measured times run long by up to about that much; "
+                  "calibrate again when the host is quieter.", ""]
     lines += _links_section(fits, groups, many, figures)
     lines += _collectives_section(fits, groups, many)
     if any(not f["error"] for f in fits):

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from emulator.net.capability import require_root
 from emulator.jobs.dilation import Choice, parse_dilation
-from emulator.net.measure import STOLEN_SHARE, Result, measure_all
+from emulator.net.hoststeal import noticeable, stolen_sentence
+from emulator.net.measure import Result, measure_all
 from emulator.net.emulation import Emulation
 from emulator.net.layout import MAX_HOSTS, MECHANISMS, NetConfig
 from emulator.net.step import APPLY_MS, SETTLE_REL, WINDOW_S, Step, step_test
@@ -161,8 +162,7 @@ def format_steps(steps: list[Step]) -> str:
         lines.append(f"{st.direction:<22} {st.from_gbps:>6g} -> {st.to_gbps:<4g} {st.rate_before_mbps:>13.1f} "
                      f"{st.rate_after_mbps:>8.1f} {st.apply_ms:>6.0f} ms {settle:>8}  "
                      + ("ok" if st.ok else f"FAIL: in force after > {APPLY_MS:g} ms or never settled")
-                     + (f" (host stole {st.host_steal_pct:.0f}% of the CPU)"
-                        if st.host_steal_pct >= 100 * STOLEN_SHARE else ""))
+                     + (f" (host stole {st.host_steal_pct:.0f}% of the CPU)" if noticeable(st.host_steal_pct) else ""))
     return "\n".join(lines)
 
 
@@ -192,7 +192,7 @@ def format_table(source: str, config: NetConfig, mechanism: str, results: list[R
         bad = problems_of(r)
         verdict = "ok" if not bad else "FAIL: " + "; ".join(bad)
         notes = (["re-measured alone"] if r.remeasured else []) + (
-            [f"host stole {r.host_steal_pct:.0f}% of the CPU"] if r.host_steal_pct >= 100 * STOLEN_SHARE else [])
+            [f"host stole {r.host_steal_pct:.0f}% of the CPU"] if noticeable(r.host_steal_pct) else [])
         if notes:
             verdict += f" ({'; '.join(notes)})"
         lines.append(f"{name:<22} {t.configured_mbps:>10.1f} {r.measured_mbps:>9.1f} {pct:>6}  "
@@ -202,8 +202,7 @@ def format_table(source: str, config: NetConfig, mechanism: str, results: list[R
     lines.append(f"{verdict} tolerance (bandwidth +-{BANDWIDTH_REL:.0%}, one-way delay "
                  f"+-{DELAY_ABS_MS:g} ms) over {len(results)} measurements")
     stolen = max((r.host_steal_pct for r in results), default=0.0)
-    if stolen >= 100 * STOLEN_SHARE:
-        lines.append(f"the host (hypervisor) stole up to {stolen:.0f}% of this machine's CPU while measuring "
-                     "(/proc/stat steal): everything emulated stops meanwhile, so rates read low; "
-                     "a rate out of tolerance then says little about its link: check again when the host is quieter")
+    if noticeable(stolen):
+        lines.append(stolen_sentence(f"up to {stolen:.0f}%", "while measuring") + ", so rates read low; a rate "
+                     "out of tolerance then says little about its link: check again when the host is quieter")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 PROC_STAT = "/proc/stat"
+STOLEN_SHARE = 0.02  # stolen this share of the CPU or more, a measurement may read low: say so (and measure again)
 USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -27,6 +28,17 @@ def steal_s(path: str = PROC_STAT) -> float | None:
         return int(fields[8]) / USER_HZ if fields and fields[0] == "cpu" else None
     except (OSError, ValueError, IndexError):
         return None
+
+
+def noticeable(pct: float) -> bool:
+    """Whether ``pct`` percent stolen is worth saying (:data:`STOLEN_SHARE` or more)."""
+    return pct >= 100 * STOLEN_SHARE
+
+
+def stolen_sentence(amount: str, during: str) -> str:
+    """The start of every report's line about steal; the caller says what it did to its figures."""
+    return (f"the host (hypervisor) stole {amount} of this machine's CPU {during} (/proc/stat steal): "
+            "every emulated process stops meanwhile")
 
 
 class StealMeter:

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from emulator.net.hoststeal import StealMeter
+from emulator.net.hoststeal import STOLEN_SHARE, StealMeter
 from emulator.net.linkcmds import pin_commands
 from spiderflow.errors import EmulatorError
 from emulator.net.tolerance import bandwidth_ok, delay_ok
@@ -43,7 +43,6 @@ from emulator.net.tolerance import bandwidth_ok, delay_ok
 ECHO_PORT = 7777
 WARMUP_RTTS = 15
 IPERF_BASE_PORT = 5201
-STOLEN_SHARE = 0.02  # the host stole this share of the CPU or more during a measurement: it may read low
 STOLEN_TRIES = 3  # re-measurements of a flow out of tolerance while the host steals that much
 
 

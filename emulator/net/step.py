@@ -36,10 +36,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from emulator.net.hoststeal import StealMeter
+from emulator.net.hoststeal import StealMeter, noticeable
 from emulator.net.live import LiveNetwork
-from emulator.net.measure import (IPERF_BASE_PORT, STOLEN_SHARE, STOLEN_TRIES, Target, _wait_listening, pin_routes,
-                                  targets, warmup_s)
+from emulator.net.measure import IPERF_BASE_PORT, STOLEN_TRIES, Target, _wait_listening, pin_routes, targets, warmup_s
 from spiderflow.errors import EmulatorError
 from spiderflow.wan import WanEvent
 
@@ -128,7 +127,7 @@ def _sliding(samples: list[tuple[float, int]], start: float, end: float) -> list
 def step_test(emu, *, link: tuple[str, str] | None = None, factor: float = 0.5,
               progress=lambda _m: None) -> list[Step]:
     """Step ``link`` (default: the topology's first) down by ``factor`` and back up under one flow;
-    again, up to STOLEN_TRIES times, while a step fails and the host stole STOLEN_SHARE or more."""
+    again, up to STOLEN_TRIES times, while a step fails and the host stole a noticeable share of the CPU."""
     tries = 0
     while True:
         meter = StealMeter()
@@ -143,9 +142,9 @@ def step_test(emu, *, link: tuple[str, str] | None = None, factor: float = 0.5,
 
 def step_again(steps: list[Step], tries: int) -> bool:
     """Whether to make the steps again after ``tries`` repeats: a step failed while the host stole
-    STOLEN_SHARE of the CPU or more, fewer than STOLEN_TRIES times so far."""
+    a noticeable share of the CPU (:func:`~emulator.net.hoststeal.noticeable`), fewer than STOLEN_TRIES times so far."""
     return (not all(st.ok for st in steps) and tries < STOLEN_TRIES
-            and min(st.host_steal_pct for st in steps) >= 100 * STOLEN_SHARE)
+            and noticeable(min(st.host_steal_pct for st in steps)))
 
 
 def _step_once(emu, *, link: tuple[str, str] | None, factor: float, progress) -> list[Step]:

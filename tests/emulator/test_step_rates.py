@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from emulator.net.measure import STOLEN_SHARE, STOLEN_TRIES
+from emulator.net.hoststeal import STOLEN_SHARE
+from emulator.net.measure import STOLEN_TRIES
 from emulator.net.step import SAMPLE_S, Step, rate_after, settle_time, step_again
 
 
