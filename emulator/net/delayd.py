@@ -24,6 +24,13 @@ It prints ``ready`` on stdout once every queue is bound, exits 0 on SIGTERM or
 SIGINT and, with ``--stats FILE``, writes its counters there as JSON on exit
 and on SIGUSR1 (lateness = release time minus due time).
 
+A packet's delay runs from its arrival: the kernel stamps every packet it
+receives while any socket asks for receive timestamps (the daemon keeps one
+open), the stamp comes with the queued packet, and a packet that waited in
+the kernel's queue because the loop was busy or not run is held that much
+less (``stamped``, ``max_read_wait_ms``); without a stamp, from when it was
+read.
+
 Lateness has two causes, counted apart. The stage's own: its loop was busy
 (reading a burst, releasing another queue). The host's: the loop was ready
 to run and was not run -- its ``select`` returned later than its timeout, or
@@ -61,7 +68,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from emulator.net.nfq import NF_ACCEPT, NF_DROP, QueueSocket
+from emulator.net.nfq import NF_ACCEPT, NF_DROP, QueueSocket, keep_rx_stamps_on
 
 READ_BATCH = 64
 IDLE_WAKE_S = 0.25
@@ -73,6 +80,8 @@ HIST_BINS = 1000
 HIST_PER_S = 1e3 / HIST_BIN_MS
 STALL_MIN_S = 1e-4  # a stall shorter than this is not recorded (a wake-up's own latency)
 STALL_LOG_MAX = 4096  # recorded stalls kept before those no pending packet can need are dropped
+STAMP_AGE_MAX_S = 1.0  # a kernel arrival stamp older than this (or in the future by more than
+STAMP_SKEW_S = 1e-3  # this) is taken for a step of the wall clock: the packet counts from its read
 
 
 @dataclass(kw_only=True)
@@ -112,6 +121,8 @@ class _Queue:
     own_max_s: float = 0.0
     own_hist: list = field(default_factory=lambda: [0] * (HIST_BINS + 1))  # lateness less the host's share
     host_delayed: int = 0  # packets released late partly because the host stalled the loop
+    stamped: int = 0  # packets held from the kernel's arrival stamp (not from when they were read)
+    wait_max_s: float = 0.0  # the longest such a packet waited in the kernel's queue before it was read
 
     jitter_x: float = 0.0
     jitter_t: float | None = None
@@ -135,6 +146,7 @@ class _Queue:
                 "late_over_ms": dict(zip((f"{b:g}" for b in LATE_BUCKETS_MS), self.late_over)),
                 **{f"p{q:g}_late_ms": quantile_ms(self.late_hist, q / 100) for q in (50, 99, 99.9)},
                 "max_own_late_ms": 1e3 * self.own_max_s, "host_delayed": self.host_delayed,
+                "stamped": self.stamped, "max_read_wait_ms": 1e3 * self.wait_max_s,
                 **{f"p{q:g}_own_late_ms": quantile_ms(self.own_hist, q / 100) for q in (50, 99, 99.9)}}
 
 
@@ -213,8 +225,12 @@ class DelayStage:
         for spec in specs:
             self.queues[spec.num].spec = spec
 
-    def on_packets(self, packets: list[tuple[int, int]], now: float) -> None:
-        for qnum, pid in packets:
+    def on_packets(self, packets: list[tuple[int, int, float]], now: float, real_now: float | None = None) -> None:
+        """Hold ``(queue, id, arrival)`` packets read at ``now`` (CLOCK_MONOTONIC). A packet's delay
+        runs from its arrival where the kernel stamped it (CLOCK_REALTIME, read against ``real_now``:
+        a packet that waited in the kernel's queue while the loop was busy or stalled is not held
+        that much longer), else from ``now``."""
+        for qnum, pid, stamp in packets:
             q = self.queues.get(qnum)
             if q is None:  # not ours: never hold it
                 self.sock.verdict(qnum, pid, NF_ACCEPT, batch=False)
@@ -225,10 +241,19 @@ class DelayStage:
                 q.dropped += 1
                 self.sock.verdict(qnum, pid, NF_DROP, batch=False)
                 continue
+            arrived = now
+            if stamp and real_now is not None:
+                waited = real_now - stamp
+                if -STAMP_SKEW_S <= waited <= STAMP_AGE_MAX_S:  # else a clock step: not a wait
+                    waited = max(0.0, waited)
+                    arrived -= waited
+                    q.stamped += 1
+                    if waited > q.wait_max_s:
+                        q.wait_max_s = waited
             delay_s = spec.delay_ms / 1e3
             if spec.jitter_ms:
-                delay_s = max(0.0, delay_s + q.jitter_offset(now, spec.jitter_ms / 1e3, self.rng))
-            due = max(now + delay_s, q.last_due)
+                delay_s = max(0.0, delay_s + q.jitter_offset(arrived, spec.jitter_ms / 1e3, self.rng))
+            due = max(arrived + delay_s, q.last_due)
             q.last_due = due
             q.pending.append((due, pid))
             if len(q.pending) > q.max_pending:
@@ -288,7 +313,7 @@ class DelayStage:
             slept = min(clock() - before, timeout)
             if readable:
                 packets = self.sock.receive(READ_BATCH)
-                self.on_packets(packets, clock())
+                self.on_packets(packets, clock(), time.time())
 
     def stats(self) -> list[dict]:
         stage = self.stalls.stats()
@@ -363,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", help="on SIGHUP read new queue specs from here (see the module doc)")
     args = parser.parse_args(argv)
 
+    stamps = keep_rx_stamps_on()  # open till exit: queued packets carry their arrival time
     sock = QueueSocket()
     for spec in args.queue:
         sock.bind_queue(spec.num, maxlen=args.maxlen, gso=not args.no_gso)
@@ -383,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         _write_stats(args.stats, stage)
         sock.close()
+        if stamps is not None:
+            stamps.close()
     return 0
 
 

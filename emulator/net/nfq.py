@@ -12,7 +12,9 @@ nfnetlink_queue.h`` for the message layouts used here.
 
 One :class:`QueueSocket` binds any number of queues of the current network
 namespace; packets of every queue arrive on the same socket, tagged with their
-queue number (``nfgenmsg.res_id``).
+queue number (``nfgenmsg.res_id``) and, where the kernel stamped the packet on
+arrival (``NFQA_TIMESTAMP``: it does while any socket on the machine asks for
+receive timestamps, :func:`keep_rx_stamps_on`), that time.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ NFQNL_MSG_CONFIG = 2
 NFQNL_MSG_VERDICT_BATCH = 3
 NFQA_PACKET_HDR = 1
 NFQA_VERDICT_HDR = 2
+NFQA_TIMESTAMP = 4  # struct nfqnl_msg_packet_timestamp: be64 sec, be64 usec (CLOCK_REALTIME)
+# what nfqnl_build_packet_message puts after the stamp (payload, conntrack, cap_len, skb_info, exp,
+# uid, gid, secctx); before it come the interfaces, mark, priority, hwaddr and the bridge's vlan/l2hdr
+_AFTER_STAMP = frozenset(range(10, 19))
+SO_TIMESTAMP = 29  # asm-generic/socket.h (Python's socket module does not name it)
 NFQA_CFG_CMD = 1
 NFQA_CFG_PARAMS = 2
 NFQA_CFG_QUEUE_MAXLEN = 3
@@ -51,6 +58,8 @@ NETLINK_NO_ENOBUFS = 5
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid (host order)
 _NFGENMSG = struct.Struct("!BBH")  # family, version, res_id (big endian)
 _NLATTR = struct.Struct("=HH")  # len, type
+_U32 = struct.Struct("!I")
+_STAMP = struct.Struct("!QQ")
 _HEADERS = _NLMSGHDR.size + _NFGENMSG.size  # 20
 
 
@@ -96,8 +105,9 @@ def config_messages(queue: int, *, maxlen: int, gso: bool, seq: int) -> list[byt
     return msgs
 
 
-def parse_packets(buf: memoryview | bytes, size: int) -> list[tuple[int, int]]:
-    """``(queue, packet_id)`` for every NFQNL_MSG_PACKET in ``buf[:size]``."""
+def parse_packets(buf: memoryview | bytes, size: int) -> list[tuple[int, int, float]]:
+    """``(queue, packet_id, arrival)`` for every NFQNL_MSG_PACKET in ``buf[:size]``: ``arrival`` in
+    CLOCK_REALTIME seconds where the kernel stamped it (``NFQA_TIMESTAMP``), else 0.0."""
     out = []
     offset = 0
     packet_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET
@@ -109,14 +119,25 @@ def parse_packets(buf: memoryview | bytes, size: int) -> list[tuple[int, int]]:
             queue = _NFGENMSG.unpack_from(buf, offset + _NLMSGHDR.size)[2]
             pos = offset + _HEADERS
             end = offset + length
+            packet_id, arrival = None, 0.0
             while pos + _NLATTR.size <= end:
                 alen, atype = _NLATTR.unpack_from(buf, pos)
                 if alen < _NLATTR.size:
                     break
-                if (atype & 0x7FFF) == NFQA_PACKET_HDR:
-                    out.append((queue, struct.unpack_from("!I", buf, pos + _NLATTR.size)[0]))
-                    break
-                pos += _align4(alen)
+                atype &= 0x7FFF
+                if atype == NFQA_PACKET_HDR:
+                    packet_id = _U32.unpack_from(buf, pos + _NLATTR.size)[0]
+                elif atype == NFQA_TIMESTAMP:
+                    if alen >= _NLATTR.size + 16:
+                        sec, usec = _STAMP.unpack_from(buf, pos + _NLATTR.size)
+                        arrival = sec + usec * 1e-6
+                    if packet_id is not None:  # the kernel puts the header first: nothing more needed
+                        break
+                elif atype in _AFTER_STAMP and packet_id is not None:
+                    break  # past where the kernel puts a stamp: this one has none
+                pos += (alen + 3) & ~3
+            if packet_id is not None:
+                out.append((queue, packet_id, arrival))
         offset += _align4(length)
     return out
 
@@ -129,6 +150,18 @@ def parse_ack(buf: bytes) -> int:
     if kind != NLMSG_ERROR:
         return -1
     return -struct.unpack_from("=i", buf, _NLMSGHDR.size)[0]
+
+
+def keep_rx_stamps_on() -> socket.socket | None:
+    """A socket that asks for receive timestamps, so that the kernel stamps every packet it
+    receives (a machine-wide switch, on while any such socket is open) and queued packets carry
+    their arrival time; keep it open. None where the kernel refuses."""
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
+        return sock
+    except OSError:
+        return None
 
 
 class QueueSocket:
@@ -165,9 +198,9 @@ class QueueSocket:
             if err >= 0:
                 return err
 
-    def receive(self, limit: int) -> list[tuple[int, int]]:
-        """Read up to ``limit`` datagrams without blocking; ``(queue, id)`` of each packet."""
-        got: list[tuple[int, int]] = []
+    def receive(self, limit: int) -> list[tuple[int, int, float]]:
+        """Read up to ``limit`` datagrams without blocking; ``(queue, id, arrival)`` of each packet."""
+        got: list[tuple[int, int, float]] = []
         for _ in range(limit):
             try:
                 n = self.sock.recv_into(self.buf, 0, socket.MSG_DONTWAIT)

@@ -33,8 +33,8 @@ def stage(*specs, seed=1):
 
 def test_packets_released_after_delay_in_one_batch_verdict():
     s, sock = stage(QueueSpec(num=0, delay_ms=30.0))
-    s.on_packets([(0, 1), (0, 2)], now=10.000)
-    s.on_packets([(0, 3)], now=10.005)
+    s.on_packets([(0, 1, 0.0), (0, 2, 0.0)], now=10.000)
+    s.on_packets([(0, 3, 0.0)], now=10.005)
     assert s.release_due(10.029) == pytest.approx(10.030)
     assert sock.verdicts == []
     assert s.release_due(10.030) == pytest.approx(10.035)
@@ -45,7 +45,7 @@ def test_packets_released_after_delay_in_one_batch_verdict():
 
 def test_queues_are_independent():
     s, sock = stage(QueueSpec(num=0, delay_ms=10.0), QueueSpec(num=1, delay_ms=50.0))
-    s.on_packets([(0, 7), (1, 7)], now=0.0)
+    s.on_packets([(0, 7, 0.0), (1, 7, 0.0)], now=0.0)
     s.release_due(0.020)
     assert sock.verdicts == [(0, 7, nfq.NF_ACCEPT, True)]
     s.release_due(0.050)
@@ -56,7 +56,7 @@ def test_jitter_never_reorders_and_keeps_the_mean_delay():
     s, _sock = stage(QueueSpec(num=0, delay_ms=20.0, jitter_ms=5.0))
     arrivals = [i * 0.001 for i in range(20000)]  # 1 packet per ms for 20 s
     for i, t in enumerate(arrivals):
-        s.on_packets([(0, i + 1)], now=t)
+        s.on_packets([(0, i + 1, 0.0)], now=t)
     delays = [due - t for (due, _pid), t in zip(s.queues[0].pending, arrivals)]
     dues = [due for due, _pid in s.queues[0].pending]
     assert dues == sorted(dues)
@@ -68,7 +68,7 @@ def test_jitter_never_reorders_and_keeps_the_mean_delay():
 
 def test_loss_drops_about_the_configured_share_at_once():
     s, sock = stage(QueueSpec(num=0, delay_ms=5.0, loss_pct=10.0))
-    s.on_packets([(0, i) for i in range(1, 5001)], now=0.0)
+    s.on_packets([(0, i, 0.0) for i in range(1, 5001)], now=0.0)
     drops = [v for v in sock.verdicts if v[2] == nfq.NF_DROP]
     assert all(not batch for *_x, batch in drops)
     assert 400 < len(drops) < 600
@@ -77,13 +77,13 @@ def test_loss_drops_about_the_configured_share_at_once():
 
 def test_unknown_queue_is_passed_immediately():
     s, sock = stage(QueueSpec(num=0, delay_ms=5.0))
-    s.on_packets([(3, 9)], now=0.0)
+    s.on_packets([(3, 9, 0.0)], now=0.0)
     assert sock.verdicts == [(3, 9, nfq.NF_ACCEPT, False)]
 
 
 def test_stats_report_lateness():
     s, _sock = stage(QueueSpec(num=0, delay_ms=10.0))
-    s.on_packets([(0, 1), (0, 2)], now=0.0)
+    s.on_packets([(0, 1, 0.0), (0, 2, 0.0)], now=0.0)
     s.release_due(0.0115)  # 1.5 ms late
     st = s.stats()[0]
     assert st["packets"] == 2 and st["dropped"] == 0
@@ -144,8 +144,26 @@ def packet_message(queue, packet_id, extra_attrs=b""):
 def test_parse_packets_finds_queue_and_id_after_other_attributes():
     mark = struct.pack("=HH", 8, 3) + struct.pack("!I", 7)  # NFQA_MARK first
     data = packet_message(1, 42, mark) + packet_message(0, 43)
-    assert nfq.parse_packets(data, len(data)) == [(1, 42), (0, 43)]
+    assert nfq.parse_packets(data, len(data)) == [(1, 42, 0.0), (0, 43, 0.0)]
     assert nfq.parse_packets(data, 10) == []
+
+
+def test_parse_packets_reads_the_kernels_arrival_stamp():
+    stamp = struct.pack("=HH", 4 + 16, nfq.NFQA_TIMESTAMP) + struct.pack("!QQ", 1_700_000_000, 250_000)
+    data = packet_message(2, 7, stamp)
+    assert nfq.parse_packets(data, len(data)) == [(2, 7, pytest.approx(1_700_000_000.25))]
+
+
+def test_a_stamped_packet_is_held_from_its_arrival_not_from_its_read():
+    s, _sock = stage(QueueSpec(num=0, delay_ms=20.0))
+    # read at 10.030 (wall 1000.030): it arrived 25 ms earlier while the loop was stalled
+    s.on_packets([(0, 1, 1000.005)], now=10.030, real_now=1000.030)
+    assert s.queues[0].pending[0][0] == pytest.approx(10.025)  # not 10.050
+    s.on_packets([(0, 2, 0.0)], now=10.031, real_now=1000.031)  # no stamp: from its read
+    s.on_packets([(0, 3, 990.0)], now=10.032, real_now=1000.032)  # 10 s old: a clock step, not a wait
+    assert [due for due, _pid in s.queues[0].pending][1:] == [pytest.approx(10.051), pytest.approx(10.052)]
+    st = s.stats()[0]
+    assert st["stamped"] == 1 and st["max_read_wait_ms"] == pytest.approx(25.0)
 
 
 def test_parse_ack():
@@ -156,7 +174,7 @@ def test_parse_ack():
 
 def test_lateness_quantiles():
     s, _sock = stage(QueueSpec(num=0, delay_ms=10.0))
-    s.on_packets([(0, i) for i in range(1, 101)], now=0.0)
+    s.on_packets([(0, i, 0.0) for i in range(1, 101)], now=0.0)
     s.release_due(0.01012)  # all 0.12 ms late
     st = s.stats()[0]
     assert st["p50_late_ms"] == pytest.approx(0.15) and st["p99.9_late_ms"] == pytest.approx(0.15)
@@ -180,8 +198,8 @@ def test_stall_log_charges_only_the_stall_time_after_a_moment():
 
 def test_a_packet_held_up_by_a_host_stall_is_not_the_stages_own_lateness():
     s, _sock = stage(QueueSpec(num=0, delay_ms=10.0))
-    s.on_packets([(0, 1)], now=0.0)  # due 0.010
-    s.on_packets([(0, 2)], now=0.032)  # due 0.042
+    s.on_packets([(0, 1, 0.0)], now=0.0)  # due 0.010
+    s.on_packets([(0, 2, 0.0)], now=0.032)  # due 0.042
     s.stalls.note(0.040, 0.035)  # the loop was off the CPU from 0.005 to 0.040
     s.release_due(0.0405)  # packet 1: 30.5 ms late, 30 of them the host's
     s.release_due(0.0450)  # packet 2: due after the stall, 3 ms late: the stage's own
@@ -195,7 +213,7 @@ def test_a_packet_held_up_by_a_host_stall_is_not_the_stages_own_lateness():
 
 def test_a_stall_that_ended_before_the_due_time_excuses_nothing():
     s, _sock = stage(QueueSpec(num=0, delay_ms=10.0))
-    s.on_packets([(0, 1)], now=0.0)
+    s.on_packets([(0, 1, 0.0)], now=0.0)
     s.stalls.note(0.005, 0.004)
     s.release_due(0.013)
     st = s.stats()[0]
@@ -219,7 +237,7 @@ LOOP_CHILD = textwrap.dedent("""
     stage = DelayStage([QueueSpec(num=0, delay_ms=20.0)], Idle())
     t0 = time.monotonic()
     for i in range(1000):  # one packet due every 0.5 ms for 0.5 s
-        stage.on_packets([(0, i + 1)], now=t0 + i * 0.0005)
+        stage.on_packets([(0, i + 1, 0.0)], now=t0 + i * 0.0005)
     signal.signal(signal.SIGTERM, lambda *_: setattr(stage, "stopping", True))
     print("ready", flush=True)
     stage.run()

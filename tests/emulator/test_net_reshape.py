@@ -90,14 +90,14 @@ def test_delay_stage_takes_new_delays_for_packets_from_then_on(tmp_path):
 
     sock = Sock()
     stage = DelayStage([QueueSpec(num=0, delay_ms=30.0), QueueSpec(num=1, delay_ms=5.0)], sock)
-    stage.on_packets([(0, 1)], now=0.0)
+    stage.on_packets([(0, 1, 0.0)], now=0.0)
     control = str(tmp_path / "d.ctl")
     write_control(control, 7, [QueueSpec(num=0, delay_ms=10.0)])
     assert read_control(control) == ("7", [QueueSpec(num=0, delay_ms=10.0)])
     _apply_control(control, stage)
     seq, when = (tmp_path / "d.ctl.ack").read_text().split()
     assert seq == "7" and float(when) > 0
-    stage.on_packets([(0, 2)], now=0.001)
+    stage.on_packets([(0, 2, 0.0)], now=0.001)
     assert stage.release_due(0.0115) == pytest.approx(0.030)  # packet 2 (due 0.011) waits behind packet 1
     assert sock.verdicts == []
     stage.release_due(0.030)

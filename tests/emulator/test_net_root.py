@@ -76,6 +76,8 @@ def test_two_cluster_network_is_within_tolerance(two_cluster, state_dir, assert_
         # which failed this test on busy hours) add is counted apart, in stage_stalls and host_delayed
         assert all(q["p99_own_late_ms"] < DELAY_ABS_MS for q in queues), queues
         assert all(q["p99_own_late_ms"] <= q["p99_late_ms"] for q in queues), queues
+        # held from the kernel's arrival stamp, every one (delayd keeps receive timestamps on)
+        assert all(q["stamped"] == q["packets"] for q in queues), queues
     assert_no_leak()
 
 
