@@ -256,6 +256,7 @@ def main(args: argparse.Namespace) -> int:
     t0, meter = time.monotonic(), StealMeter()
     runner = None
     mechanism = None
+    stolen = 0.0  # percent of the CPU the host stole during the run (set when it ends)
     try:
         with emulation(topo, net, servers, assignment, progress) as emu, contextlib.ExitStack() as stack:
             mechanism = emu.mechanism

@@ -43,7 +43,7 @@ from emulator.net.tolerance import bandwidth_ok, delay_ok
 ECHO_PORT = 7777
 WARMUP_RTTS = 15
 IPERF_BASE_PORT = 5201
-STOLEN_TRIES = 3  # re-measurements of a flow out of tolerance while the host steals that much
+STOLEN_TRIES = 3  # re-measurements of a flow out of tolerance while the host steals STOLEN_SHARE or more
 
 
 @dataclass(frozen=True, kw_only=True)
