@@ -63,7 +63,7 @@ MAX_TIME_SCALE = 1e6
 MAX_JOB_TIMEOUT_S = 7 * 86_400.0
 CSV_FIELDS = ("job_id", "status", "placement", "plan", "ranks", "predicted_iteration_s", "startup_wall_s",
               "predicted_alone_iteration_s", "predicted_shared_iteration_s", "measured_iteration_s", "measured_min_s", "measured_max_s",
-              "measured_iterations", "error_pct", "jct_s", "queue_s", "reason", "admission")
+              "measured_iterations", "error_pct", "jct_s", "queue_s", "reason", "admission", "host_steal_pct")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -392,4 +392,8 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
     if noticeable(host_steal_pct):
         lines.insert(-1, stolen_sentence(f"{host_steal_pct:.0f}%", "during the run")
                      + ", so measured times run long by up to about that much")
+    hit = [f"{j.job.job_id} {j.host_steal_pct:.0f}%" for j in jobs
+           if j.host_steal_pct is not None and noticeable(j.host_steal_pct)]
+    if hit:
+        lines.insert(-1, f"measured while the host stole a noticeable share of the CPU: {', '.join(hit)}")
     return "\n".join(lines)

@@ -64,6 +64,7 @@ from emulator.jobs.remotepool import ask_sizes, collect, copy_lines
 from emulator.jobs.changes import ReplayChanges
 from emulator.jobs.startup import startup_s
 from emulator.jobs.wanplay import WanPlayer
+from emulator.net.hoststeal import StealLog
 from emulator.net.live import LiveNetwork
 from emulator.net.layout import HostPlan, NetConfig
 from emulator.net.servers import to_local_ns
@@ -223,6 +224,7 @@ class JobRun(JobRecord):
     iteration_s: list[float] = field(default_factory=list)  # measured intervals after warm-up (real-equivalent)
     iterations_done: int = 0
     startup_wall_s: float | None = None  # specs handed over -> the job's first op, wall seconds
+    host_steal_pct: float | None = None  # CPU the host stole while its measured iterations ran
     # WAN events (emulator run --wan-events): the last change in force while the job ran (the
     # replay's clock), the prediction on the network from then on, the intervals measured after it.
     # Such a job's iteration_s and predictions are those of the network at its launch (intervals
@@ -287,7 +289,8 @@ class JobRun(JobRecord):
                "measured_iterations": len(self.iteration_s),
                "error_pct": self.error_pct, "jct_s": self.jct_s, "queue_s":
                    None if self.start_s is None else self.start_s - self.arrival_s,
-               "startup_wall_s": self.startup_wall_s, "admission": self.admission, "status": self.status}
+               "startup_wall_s": self.startup_wall_s, "admission": self.admission, "status": self.status,
+               "host_steal_pct": None if self.host_steal_pct is None else round(self.host_steal_pct, 2)}
         if self.attempt or self.rerouted:
             out.update(replanned=self.replanned, rerouted=self.rerouted, lost_s=self.lost_s)
         if self.changed_t is not None:
@@ -339,6 +342,7 @@ class Runner:
         self.player = (WanPlayer(LiveNetwork(emu, topology), wan_events, time_scale=config.time_scale,
                                  dilation=self.k, log=log) if wan_events else None)
         self.changes = ReplayChanges(self, capacity_events) if wan_events or capacity_events else None
+        self.steal = StealLog()  # sampled every pass: what the host stole while a job was measured
 
     def now(self) -> float:
         """Real-equivalent seconds since the run started (wall / dilation)."""
@@ -372,6 +376,7 @@ class Runner:
         self._dirty = True
         arrived = 0
         while any(j.status in ("queued", "running") for j in self.jobs):
+            self.steal.sample()
             now = self.now()
             n = sum(1 for j in self.jobs if j.arrival_s <= now)
             if n != arrived:
@@ -727,8 +732,12 @@ class Runner:
         j.iterations_done = len(complete)
         if j.attempt == 0:  # a later attempt's intervals are all after a change (below)
             first = math.inf if j.first_changed_t is None else self.t0 + j.first_changed_t * self.k
-            j.iteration_s = [(last[it] - last[it - 1]) / self.k for it in complete
-                             if it >= max(1, self.cfg.warmup) and it - 1 in last and last[it] < first]
+            measured = [it for it in complete if it >= max(1, self.cfg.warmup) and it - 1 in last and last[it] < first]
+            j.iteration_s = [(last[it] - last[it - 1]) / self.k for it in measured]
+            if measured:
+                self.steal.sample()  # now, after the last of them
+                stolen = self.steal.share(last[measured[0] - 1], last[measured[-1]])
+                j.host_steal_pct = None if stolen is None else 100 * stolen
         if j.changed_t is not None:  # intervals that began once the last change was in force
             changed = self.t0 + j.changed_t * self.k
             j.iteration_after_s = [(last[it] - last[it - 1]) / self.k for it in complete

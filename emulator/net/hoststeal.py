@@ -11,6 +11,7 @@ badly shaped link, say so, and measure again.
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from collections.abc import Callable
@@ -55,3 +56,31 @@ class StealMeter:
         if self.s0 is None or s1 is None or wall <= 0:
             return 0.0
         return max(0.0, (s1 - self.s0) / (wall * self.cpus))
+
+
+class StealLog:
+    """Samples of the stolen time, to ask afterwards how much was stolen over any window (a job's
+    measured iterations). :meth:`sample` costs one read of /proc/stat; steal counts in 10 ms ticks,
+    so a window of a second on 2 CPUs reads to about half a percent."""
+
+    def __init__(self, *, path: str = PROC_STAT, cpus: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.clock = path, clock
+        self.cpus = cpus or os.cpu_count() or 1
+        self.times: list[float] = []
+        self.stolen: list[float] = []
+
+    def sample(self) -> None:
+        s = steal_s(self.path)
+        if s is not None:
+            self.times.append(self.clock())
+            self.stolen.append(s)
+
+    def share(self, t0: float, t1: float) -> float | None:
+        """The share stolen from the last sample at or before ``t0`` to the first at or after ``t1``
+        (a window a little wider than asked); None where the samples do not cover it."""
+        i = bisect.bisect_right(self.times, t0) - 1
+        j = bisect.bisect_left(self.times, t1)
+        if i < 0 or j >= len(self.times) or self.times[j] <= self.times[i]:
+            return None
+        return max(0.0, (self.stolen[j] - self.stolen[i]) / ((self.times[j] - self.times[i]) * self.cpus))

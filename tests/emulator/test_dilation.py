@@ -83,8 +83,8 @@ def test_check_reports_wire_measurements_in_real_equivalent_units():
     assert (r.target.configured_delay_ms, r.measured_delay_ms) == (10.0, pytest.approx(10.2))
 
 
-def test_runner_reports_iterations_and_startup_in_real_equivalent_and_wall_time(tmp_path):
-    """Rank lines 0.8 s apart at K = 4 are 0.2 s iterations; the start-up stays in wall seconds."""
+def _runner_with_a_measured_job(tmp_path):
+    """A Runner at K = 4 and a two-rank job whose rank lines are 0.8 s apart (0.2 s iterations)."""
     from types import SimpleNamespace
 
     k = 4.0
@@ -102,9 +102,32 @@ def test_runner_reports_iterations_and_startup_in_real_equivalent_and_wall_time(
         lines = [{"event": "start", "mono": start}] + [
             {"event": "iteration", "it": it, "end": 1.0 + 0.8 * it - rank * 0.1} for it in range(4)]
         (tmp_path / "ranks" / f"j-r{rank}.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+    return runner, run
+
+
+def test_runner_reports_iterations_and_startup_in_real_equivalent_and_wall_time(tmp_path):
+    """Rank lines 0.8 s apart at K = 4 are 0.2 s iterations; the start-up stays in wall seconds."""
+    runner, run = _runner_with_a_measured_job(tmp_path)
     runner._measure(run)
     assert run.iteration_s == pytest.approx([0.2] * 3)  # intervals ending at iterations 1..3
     assert run.startup_wall_s == pytest.approx(0.5)
+
+
+def test_runner_says_what_the_host_stole_while_a_job_was_measured(tmp_path):
+    """Its measured iterations ran from 1005.5 to 1007.9 s (this machine's clock); samples at 1005.0
+    and 1008.5 s around them saw 0.35 s stolen of 2 CPUs x 3.5 s: 5%."""
+    from emulator.net.hoststeal import USER_HZ, StealLog
+
+    runner, run = _runner_with_a_measured_job(tmp_path)
+    stat = tmp_path / "stat"
+    now = iter([1005.0, 1008.5, 1010.0])  # two samples of the loop, one when measuring
+    runner.steal = StealLog(path=str(stat), cpus=2, clock=lambda: next(now))
+    for stolen in (0, int(0.35 * USER_HZ)):
+        stat.write_text(f"cpu  1 0 1 1 0 0 0 {stolen} 0 0\n")
+        runner.steal.sample()
+    runner._measure(run)
+    assert run.host_steal_pct == pytest.approx(5.0)
+    assert run.as_json()["host_steal_pct"] == 5.0
 
 
 def test_a_calibration_is_applied_only_at_the_dilation_it_was_fitted_at(tmp_path):

@@ -151,3 +151,17 @@ def test_table_says_when_the_host_stole_cpu_during_a_measurement():
     assert "(re-measured alone; host stole 9% of the CPU)" in text
     assert "stole up to 9% of this machine's CPU while measuring" in text
     assert results[1].as_json()["host_steal_pct"] == 9.4
+
+
+def test_steal_log_answers_for_any_window_its_samples_cover(tmp_path):
+    from emulator.net.hoststeal import USER_HZ, StealLog
+
+    now = iter([0.0, 1.0, 2.0, 3.0])
+    log = StealLog(path=proc_stat(tmp_path, 0), cpus=2, clock=lambda: next(now))
+    for stolen_s in (0.0, 0.0, 0.2, 0.2):  # 0.2 s stolen between t = 1 and t = 2
+        proc_stat(tmp_path, int(stolen_s * USER_HZ))
+        log.sample()
+    assert log.share(1.0, 2.0) == pytest.approx(0.1)  # of 2 CPUs for 1 s
+    assert log.share(1.5, 1.6) == pytest.approx(0.1)  # widened to the samples around it
+    assert log.share(2.0, 3.0) == 0.0 and log.share(0.0, 1.0) == 0.0
+    assert log.share(2.5, 3.5) is None and log.share(-1.0, 0.5) is None  # not covered

@@ -61,6 +61,7 @@ def test_two_jobs_run_and_match_their_predictions(inputs, state_dir, assert_no_l
         assert j["status"] == "ok", j
         assert abs(j["error_pct"]) <= ERROR_BOUND_PCT, j
         assert j["measured_iteration_s"] > 0 and j["jct_s"] > 0
+        assert 0.0 <= j["host_steal_pct"] < 100.0  # over its measured iterations
     assert set(jobs["wan"]["placement"]) == {"east", "west"}
     out = inputs / "out"
     for name in ("config.json", "jobs.csv", "summary.md", "ranks.jsonl"):
