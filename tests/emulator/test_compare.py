@@ -115,3 +115,17 @@ def test_replays_the_host_stole_from_are_named():
     busy = format_table([], NetConfig(), "nfqueue", "out", host_steal_pct=5.2)
     assert "stole" not in quiet and "stole 5% of this machine's CPU during the run" in busy
     assert busy.splitlines()[-1] == "output: out"
+
+
+def test_the_run_table_names_the_jobs_measured_while_the_host_stole():
+    from emulator.jobs.replay import JobRun
+    from emulator.run import format_table
+    from spiderflow.workload import Job
+
+    def run(job_id, stolen):
+        job = Job(job_id=job_id, arrival_s=0.0, model="gpt3-125m", gpus=2, iterations=4, global_batch=2,
+                  seq_len=1024)
+        return JobRun(job=job, arrival_s=0.0, status="ok", host_steal_pct=stolen)
+
+    text = format_table([run("a", 7.4), run("b", 0.3), run("c", None)], NetConfig(), "nfqueue", "out")
+    assert "measured while the host stole a noticeable share of the CPU: a 7%\n" in text
