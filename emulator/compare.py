@@ -70,7 +70,7 @@ SUMMARY_FIELDS = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "throughput_tokens_per_
 JOB_FIELDS = ("job_id", "status", "placement", "simulated_placement", "ranks", "predicted_iteration_s",
               "measured_iteration_s", "iteration_error_pct", "simulated_iteration_s", "measured_jct_s",
               "simulated_jct_s", "jct_error_pct", "measured_queue_s", "simulated_queue_s", "startup_wall_s",
-              "overhead_s", "overhead_cpu_s", "admission", "reason")
+              "overhead_s", "overhead_cpu_s", "admission", "reason", "host_steal_pct")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -178,7 +178,7 @@ def job_rows(measured: list[JobRun], simulated: list[SimRecord], startup) -> lis
             "measured_queue_s": j.queue_s, "simulated_queue_s": s.queue_s if s else None,
             "startup_wall_s": j.startup_wall_s, "overhead_s": j.overhead_s,
             "overhead_cpu_s": j.overhead_cpu_s, "admission": j.admission,
-            "reason": j.reason if j.status != "ok" else ""})
+            "reason": j.reason if j.status != "ok" else "", "host_steal_pct": j.host_steal_pct})
     return rows
 
 
