@@ -42,22 +42,6 @@ def stolen_sentence(amount: str, during: str) -> str:
             "every emulated process stops meanwhile")
 
 
-class StealMeter:
-    """The share of the machine's CPU time stolen since it was made (0.0 where nothing tells)."""
-
-    def __init__(self, *, path: str = PROC_STAT, cpus: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.path, self.clock = path, clock
-        self.cpus = cpus or os.cpu_count() or 1
-        self.t0, self.s0 = clock(), steal_s(path)
-
-    def share(self) -> float:
-        s1, wall = steal_s(self.path), self.clock() - self.t0
-        if self.s0 is None or s1 is None or wall <= 0:
-            return 0.0
-        return max(0.0, (s1 - self.s0) / (wall * self.cpus))
-
-
 class StealLog:
     """Samples of the stolen time, to ask afterwards how much was stolen over any window (a job's
     measured iterations). :meth:`sample` costs one read of /proc/stat; steal counts in 10 ms ticks,
@@ -84,3 +68,18 @@ class StealLog:
         if i < 0 or j >= len(self.times) or self.times[j] <= self.times[i]:
             return None
         return max(0.0, (self.stolen[j] - self.stolen[i]) / ((self.times[j] - self.times[i]) * self.cpus))
+
+
+class StealMeter:
+    """The share of the machine's CPU time stolen since it was made (0.0 where nothing tells):
+    a :class:`StealLog` sampled when made and when asked."""
+
+    def __init__(self, *, path: str = PROC_STAT, cpus: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log = StealLog(path=path, cpus=cpus, clock=clock)
+        self.log.sample()
+
+    def share(self) -> float:
+        self.log.sample()
+        times = self.log.times
+        return (self.log.share(times[0], times[-1]) if len(times) > 1 else None) or 0.0

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from emulator.net.hoststeal import STOLEN_SHARE, StealMeter
+from emulator.net.hoststeal import StealMeter, noticeable
 from emulator.net.linkcmds import pin_commands
 from spiderflow.errors import EmulatorError
 from emulator.net.tolerance import bandwidth_ok, delay_ok
@@ -43,7 +43,7 @@ from emulator.net.tolerance import bandwidth_ok, delay_ok
 ECHO_PORT = 7777
 WARMUP_RTTS = 15
 IPERF_BASE_PORT = 5201
-STOLEN_TRIES = 3  # re-measurements of a flow out of tolerance while the host steals STOLEN_SHARE or more
+STOLEN_TRIES = 3  # re-measurements of a flow out of tolerance while the host steals a noticeable share
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,11 +268,11 @@ def measure_throughputs(emu, flows: list[Target], *, seconds: float, omit_s: flo
 
 def another_try(t: Target, measured_mbps: float, tries: int, stolen: float) -> bool:
     """Whether to measure a flow again, alone, after ``tries`` re-measurements: when out of
-    tolerance, once, then while the host stole :data:`STOLEN_SHARE` of the CPU or more during
+    tolerance, once, then while the host stole a noticeable share of the CPU (``stolen``, a fraction) during
     the last one (a reading the host held low is no verdict on the link), up to :data:`STOLEN_TRIES`."""
     if bandwidth_ok(t.configured_mbps, measured_mbps):
         return False
-    return tries == 0 or (tries < STOLEN_TRIES and stolen >= STOLEN_SHARE)
+    return tries == 0 or (tries < STOLEN_TRIES and noticeable(100 * stolen))
 
 
 def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra_seconds: float = 2.0,
@@ -315,7 +315,7 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
         rate_of.update(measure_throughputs(emu, batch, seconds=seconds, omit_s=omit_s))
         stolen = meter.share()
         stolen_of.update({(t.src, t.dst): stolen for t in batch})
-        if stolen >= STOLEN_SHARE:
+        if noticeable(100 * stolen):
             progress(f"the host stole {100 * stolen:.0f}% of this machine's CPU during that measurement")
         emu.check_daemons()
 
