@@ -168,6 +168,19 @@ def test_spinsearch_waits_for_fast_gpus_and_lets_others_pass():
     assert blind[1].start_s == pytest.approx(0.5) and blind[1].admission == ""  # baselines start now
 
 
+def test_a_job_decided_after_another_started_in_the_same_pass_can_wait_for_it():
+    """x and y (long) wait for first's end on the fast cluster a; in the pass at that end x takes
+    a, and y, decided next, must see x's expected end (set as x starts, as the emulator sets it at
+    launch) and wait for it rather than start at once on slow b. Before, a job started in a pass
+    had no expected end until the pass was over: y started on b (the simulated twin of paper8-16's
+    emulated replay did that to w4, 13.6 s against the emulator's 8.7 s)."""
+    topo = fast_and_slow()
+    first, x, y = job(0, 8, iterations=3), job(1, 8, arrival=0.1, iterations=3), job(2, 8, arrival=0.2, iterations=400)
+    recs = simulate(topo, [first, x, y], SimConfig(planner="spinsearch"))
+    assert [r.placement for r in recs] == [{"a": 8}, {"a": 8}, {"a": 8}], [r.admission for r in recs]
+    assert recs[1].start_s == pytest.approx(recs[0].end_s) and recs[2].start_s == pytest.approx(recs[1].end_s)
+
+
 def test_a_job_that_would_take_reserved_gpus_waits_too():
     topo = fast_and_slow()
     sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
