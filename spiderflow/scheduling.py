@@ -26,7 +26,8 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
   free now, the scheduler also plans it on what will be free when running
   jobs end (their expected ends, which the driver keeps in
   ``expected_end_s``: the simulator's completion events, the emulator's
-  predictions), at the next :data:`LOOKAHEAD` distinct end times (and at the
+  predictions; both set it as a job starts, so the decisions after it in
+  the same pass can wait for it), at the next :data:`LOOKAHEAD` distinct end times (and at the
   end it chose to wait for before, while those jobs run, and at the first end
   from which the GPUs of its plan with the whole topology are all free), and waits
   when one of those costs less by more than :data:`WAIT_MARGIN` of its run time
