@@ -219,8 +219,7 @@ class Simulation:
         clusters, 13.6 s, where the emulated one waited for the job started just before it on the
         cluster it wanted, 8.7 s)."""
         cfg = self.cfg
-        delay = cfg.startup_s(rec.plan) if callable(cfg.startup_s) else cfg.startup_s
-        remaining = float(rec.job.iterations)
+        delay, remaining = self._startup(rec), float(rec.job.iterations)
         if rec.stopped_s is not None:  # placed again after a change: progress kept, the restart cost first
             delay, remaining = delay + rec.restart_s, rec.remaining
         view = shared_view(self.priced, cfg.calibration, link_load(r for r in self.running if r is not rec))
@@ -228,10 +227,15 @@ class Simulation:
                      else estimate_memo(rec.plan, view))
         return start_s + delay + remaining * iteration
 
+    def _startup(self, rec: SimRecord) -> float:
+        """Seconds from ``rec``'s start to its first iteration (``SimConfig.startup_s``)."""
+        startup = self.cfg.startup_s
+        return startup(rec.plan) if callable(startup) else startup
+
     def _start(self, rec: SimRecord, start_s: float) -> None:
         """``rec`` was planned; it starts at ``start_s`` (its decision's end, see _schedule)."""
         cfg = self.cfg
-        delay = cfg.startup_s(rec.plan) if callable(cfg.startup_s) else cfg.startup_s
+        delay = self._startup(rec)
         if rec.stopped_s is None:
             rec.start_s = start_s
             rec.remaining = float(rec.job.iterations)
