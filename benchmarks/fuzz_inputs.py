@@ -45,6 +45,7 @@ COLUMNS = [("accepted", "accepted (exit 0)"), ("rejected", "rejected, one line")
            ("wrong", "wrong output"), ("crash", "crashes")]
 
 _work: Path | None = None
+_scratch: str | None = None  # the run's scratch folder (main), each worker's own folder inside it
 
 
 def make_case(family: str, index: int, seed: int) -> Case:
@@ -56,7 +57,7 @@ def make_case(family: str, index: int, seed: int) -> Case:
 def _worker_dir() -> Path:
     global _work
     if _work is None:
-        _work = Path(tempfile.mkdtemp(prefix="fuzz-inputs-"))
+        _work = Path(tempfile.mkdtemp(prefix="fuzz-inputs-", dir=_scratch))
     return _work
 
 
@@ -202,7 +203,11 @@ def main() -> None:
     jobs = [(f, i, args.seed, args.timeout) for f in fams for i in range(args.examples)]
     t0 = time.monotonic()
     rows: list[dict] = []
-    with multiprocessing.get_context("fork").Pool(args.workers) as pool:
+    global _scratch
+    # the workers' scratch folders live in one the run removes at its end (forked workers are
+    # terminated with the pool and would leave their own behind)
+    with tempfile.TemporaryDirectory(prefix="fuzz-inputs-") as _scratch, \
+            multiprocessing.get_context("fork").Pool(args.workers) as pool:
         for n, row in enumerate(pool.imap_unordered(run_one, jobs, chunksize=4), 1):
             rows.append(row)
             if row["kind"] not in ("accepted", "rejected"):
