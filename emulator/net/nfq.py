@@ -135,7 +135,7 @@ def parse_packets(buf: memoryview | bytes, size: int) -> list[tuple[int, int, fl
                         break
                 elif atype in _AFTER_STAMP and packet_id is not None:
                     break  # past where the kernel puts a stamp: this one has none
-                pos += (alen + 3) & ~3
+                pos += (alen + 3) & ~3  # _align4, inline: per attribute of every packet (4-8% of the parse)
             if packet_id is not None:
                 out.append((queue, packet_id, arrival))
         offset += _align4(length)
