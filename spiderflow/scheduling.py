@@ -8,7 +8,9 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
 
 - Queue policy: FIFO (default): the first job that cannot start blocks the
   ones behind it; with ``backfill`` a later job may start when an earlier
-  one cannot (first fit, no reservation).
+  one cannot (first fit, no reservation). With admission (below), a job too
+  big for the GPUs free now does not block: it reserves the GPUs it is
+  expected to get (EASY backfill, below).
 - A job may start when its GPUs are free somewhere: the planner
   (:data:`spiderflow.placement.PLANNERS` by name, or any strategy, e.g.
   :func:`fixed_plan`) places and plans it against the free GPUs per cluster
@@ -48,8 +50,13 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
   still hold GPUs the reservation needs at its time. A waiting job keeps its
   decision, unplanned, until what it waits for happens (one of those jobs
   ends, their expected end passes, the network changes, or the reserved GPUs
-  are no longer expected free). Each decision and its reason is kept in the
-  record's ``admission``.
+  are no longer expected free). A job that wants more GPUs than are free
+  reserves, unplanned, the GPUs of its plan with the whole topology from the
+  first expected end that frees them all, and waits so, instead of holding
+  the queue until enough GPUs are free (EASY backfill, Lifka 1995, with
+  topology-aware reservations; on 1,000-job 64-cluster traces, FIFO's
+  blocked head made the jobs behind it queue for days). Each decision and its
+  reason is kept in the record's ``admission``.
 - SpinSearch's answers are memoised per scheduler on the job's shape and the
   state asked about (topology, free GPUs, link load): admission asks about the
   same states again and again, and a hit costs no planner time (the baselines,
@@ -410,7 +417,7 @@ class Scheduler:
             self._reject(rec, f"{job.job_id}: wants {job.gpus} GPUs, the topology has {self.topo.total_gpus}")
             return False
         if job.gpus > sum(self.free.values()):
-            return False
+            return self._reserves_first_fit(rec)
         moment = self._moment(None)
         try:
             placement = self._place(rec, moment)
@@ -438,6 +445,28 @@ class Scheduler:
             return True
         self._commit(rec, placement, need)
         return False
+
+    def _reserves_first_fit(self, rec: JobRecord) -> bool:
+        """``rec`` wants more GPUs than are free. With admission it does not hold the queue (FIFO)
+        until enough are: it reserves the GPUs of its plan with the whole topology at the first
+        expected end from which they are all free, and later jobs start meanwhile only where they
+        would not delay it (:meth:`_delays_a_reservation`: EASY backfill). No planner call beyond
+        that plan (once per job). True when it reserved (it waits by choice); False, holding the
+        queue, without admission, with nothing running, or when no expected end frees those GPUs."""
+        if not (self.cfg.admits and self.running):
+            return False
+        self._alone_run_s(rec)
+        gpus = rec.alone[2]
+        at = self._first_fit_end(gpus) if gpus else None
+        if at is None:
+            return False
+        rec.reservation = _Reservation(rec.job.job_id, at, dict(gpus), self.topo)
+        self._reservations.append(rec.reservation)
+        rec.waits_for = tuple(r.job.job_id for r in self._ending_by(at))
+        rec.admission = (f"waits: wants {rec.job.gpus} GPUs, {sum(self.free.values())} free; reserves those of its "
+                         f"plan with the whole topology ({' '.join(f'{c}:{g}' for c, g in gpus.items())}), "
+                         f"expected free at {at:.6g} s")
+        return True
 
     def _ending_by(self, t: float) -> list[JobRecord]:
         return [r for r in self.running if r.expected_end_s is not None and r.expected_end_s <= t]

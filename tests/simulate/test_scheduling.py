@@ -199,6 +199,30 @@ def test_a_job_that_would_take_reserved_gpus_waits_too():
     assert all(r.status == "running" for r in changed)
 
 
+def test_a_job_too_big_for_the_free_gpus_reserves_its_best_ones_instead_of_holding_the_queue():
+    """big wants 12 GPUs, 8 are free (a:4 fast, b:4 slow) beside r1 (a:4, ends at 10) and r2 (b:4,
+    ends at 20). Under FIFO it held the queue until 12 were free. With admission it reserves the GPUs
+    of its plan with the whole topology at the first end that frees them all (r1's: a's 8 fast GPUs
+    and 4 of b's), unplanned but for that plan; long, which would still hold a's GPUs at 10, is held
+    back, and short, done long before, starts on a. Without admission the head still holds the queue."""
+    topo = fast_and_slow()
+    for wait in (True, False):
+        sched = Scheduler(topo, SchedulerConfig(planner="spinsearch", wait=wait))
+        r1, r2, big, long, short = _records([job(0, 4), job(1, 4), job(2, 12, iterations=400),
+                                             job(3, 4, iterations=400), job(4, 4, iterations=1)])
+        _running(sched, topo, [r1, r2], "ab", [10.0, 20.0])
+        calls = _counting(sched)
+        changed = sched.schedule([big, long, short], now=0.0)
+        if not wait:
+            assert changed == [] and calls == [] and big.reservation is None  # FIFO: big holds the queue
+            continue
+        assert big.status == "queued" and big.reservation.gpus == {"a": 8, "b": 4} and big.reservation.at_s == 10.0
+        assert big.waits_for == ("j0",) and big.admission.startswith("waits: wants 12 GPUs, 8 free; reserves")
+        assert calls[0] == {"a": 8, "b": 8}  # big: only its plan with the whole topology
+        assert long.status == "queued" and long.admission.startswith("waits: starting now would delay j2")
+        assert changed == [short] and short.placement == {"a": 4}
+
+
 def test_a_waiting_job_keeps_the_end_it_waits_for_when_shorter_jobs_pass_it():
     """long waits for short's end on the fast cluster a; small jobs then start beside it on c and
     end sooner, filling the look-ahead's first ends. It must still see short's end (else it forgets
