@@ -279,3 +279,26 @@ def test_the_runner_up_set_is_reordered_too():
                            intra_ilp=False, exact_checks=1)
     assert estimate(theirs, view) < 0.9 * estimate(plain, view)  # the case is what it says: reordering matters
     assert estimate(place(req).plan, view) <= estimate(theirs, view) * (1 + 1e-9)
+
+
+def test_sets_the_proxy_ranks_below_the_finalists_are_asked_too(monkeypatch):
+    """A 128-GPU llama2-13b job on 64 generated clusters, in a state recorded from a simulated
+    admission run (data/deeper_state.json). The proxy ranks a 6-cluster set first (its count
+    variants fill the finalists) and the recorded 4-cluster set tenth, yet TPA's plan on that set
+    beats every plan of the sets ranked above it. SpinSearch asks the next ``DEEPER`` ranked chains
+    for a plan that beats the best so far, so its plan must be no slower than that one; without
+    that step it is over 10% slower."""
+    data = json.loads((Path(__file__).parent / "data" / "deeper_state.json").read_text())
+    t = generate_topology(data["topology"]["generate"]["clusters"], data["topology"]["generate"]["seed"])
+    j = data["job"]
+    free = {c.name: 0 for c in t.clusters} | data["free_gpus"]
+    req = request(t, job(j["model"], j["gpus"], batch=j["global_batch"], seq=j["seq_len"]), free=free,
+                  load={(a, b): v for a, b, v in data["link_load"]})
+    view = req.topology_view()
+    deeper = data["deeper"]
+    theirs = estimate(plan_placement(req.job, [(c, deeper[c]) for c in _order(list(deeper), view)], view,
+                                     intra_ilp=False, exact_checks=1), view)
+    assert estimate(place(req).plan, view) <= theirs * (1 + 1e-9)
+    monkeypatch.setattr(spinsearch, "DEEPER", 0)
+    clear_memos()
+    assert estimate(place(req).plan, view) > 1.1 * theirs  # the case is what it says: the finalists miss it
