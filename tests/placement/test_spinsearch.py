@@ -259,18 +259,25 @@ def test_the_greedy_chains_walked_at_once_are_each_starts_own_walk():
                 assert spinsearch._best_order.__wrapped__(names, figures) == max(chains, key=key)
 
 
+def _recorded_request(name: str):
+    """A SpinSearch request recorded from a simulated admission run (``data/NAME``): the file's data
+    and the request (its generated topology, the job, free GPUs per cluster, link load)."""
+    data = json.loads((Path(__file__).parent / "data" / name).read_text())
+    t = generate_topology(data["topology"]["generate"]["clusters"], data["topology"]["generate"]["seed"])
+    j = data["job"]
+    free = {c.name: 0 for c in t.clusters} | data["free_gpus"]
+    req = request(t, job(j["model"], j["gpus"], batch=j["global_batch"], seq=j["seq_len"]), free=free,
+                  load={(a, b): v for a, b, v in data["link_load"]})
+    return data, req
+
+
 def test_the_runner_up_set_is_reordered_too():
     """A 256-GPU llama2-13b job on 64 generated clusters, in a state recorded from a simulated
     admission run (data/runner_up_state.json). Step 4 ranks another set first, and the runner-up
     set in its step-3 order plans slower than in its crowded order; refining the winner alone
     (steps 5 and 6) ended 1.23x slower than TPA's plan on the runner-up in its crowded order.
     SpinSearch refines both sets, so its plan must be no slower than that one."""
-    data = json.loads((Path(__file__).parent / "data" / "runner_up_state.json").read_text())
-    t = generate_topology(data["topology"]["generate"]["clusters"], data["topology"]["generate"]["seed"])
-    j = data["job"]
-    free = {c.name: 0 for c in t.clusters} | data["free_gpus"]
-    req = request(t, job(j["model"], j["gpus"], batch=j["global_batch"], seq=j["seq_len"]), free=free,
-                  load={(a, b): v for a, b, v in data["link_load"]})
+    data, req = _recorded_request("runner_up_state.json")
     view = req.topology_view()
     runner = data["runner_up"]
     order = _crowded_order(list(runner), view)
@@ -288,12 +295,7 @@ def test_sets_the_proxy_ranks_below_the_finalists_are_asked_too(monkeypatch):
     beats every plan of the sets ranked above it. SpinSearch asks the next ``DEEPER`` ranked chains
     for a plan that beats the best so far, so its plan must be no slower than that one; without
     that step it is over 10% slower."""
-    data = json.loads((Path(__file__).parent / "data" / "deeper_state.json").read_text())
-    t = generate_topology(data["topology"]["generate"]["clusters"], data["topology"]["generate"]["seed"])
-    j = data["job"]
-    free = {c.name: 0 for c in t.clusters} | data["free_gpus"]
-    req = request(t, job(j["model"], j["gpus"], batch=j["global_batch"], seq=j["seq_len"]), free=free,
-                  load={(a, b): v for a, b, v in data["link_load"]})
+    data, req = _recorded_request("deeper_state.json")
     view = req.topology_view()
     deeper = data["deeper"]
     theirs = estimate(plan_placement(req.job, [(c, deeper[c]) for c in _order(list(deeper), view)], view,
