@@ -43,11 +43,15 @@ from spiderflow.workload import Job
 OUT = Path(__file__).parent / "results" / "simulator_speed.md"
 
 
+def speed_gap(topo: Topology, jobs: int, seed: int, load: float | None, gpu_time: PlannedGpuTime) -> float:
+    """The mean gap of the benchmark's trace: 600 s, or the gap that offers ``load``."""
+    return 600.0 if load is None else mean_gap_for_load(jobs, seed, load, total_gpus=topo.total_gpus,
+                                                        job_gpu_seconds=gpu_time)
+
+
 def speed_trace(topo: Topology, jobs: int, seed: int, load: float | None, gpu_time: PlannedGpuTime) -> list[Job]:
     """The benchmark's trace: ``generate_trace(jobs, seed)`` at 600 s gaps, or sized to ``load``."""
-    gap = 600.0 if load is None else mean_gap_for_load(jobs, seed, load, total_gpus=topo.total_gpus,
-                                                       job_gpu_seconds=gpu_time)
-    return generate_trace(jobs, seed, mean_interarrival_s=gap)
+    return generate_trace(jobs, seed, mean_interarrival_s=speed_gap(topo, jobs, seed, load, gpu_time))
 
 
 def main() -> None:

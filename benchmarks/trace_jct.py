@@ -29,13 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from headline import T975  # noqa: E402  (two-sided 95% t quantiles)
+from simulator_speed import speed_gap  # noqa: E402
 
 from spiderflow.placement import clear_memos  # noqa: E402
 from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
 from spiderflow.simulate.metrics import summarise  # noqa: E402
 from spiderflow.topology.generate import generate_topology  # noqa: E402
 from spiderflow.traces import generate_trace  # noqa: E402
-from spiderflow.traces.generate import mean_gap_for_load  # noqa: E402
 from spiderflow.traces.planned import PlannedGpuTime  # noqa: E402
 
 REFERENCE_GAP_S = 600.0
@@ -61,7 +61,7 @@ def run(out: Path, traces: list[tuple[float, int]], jobs: int, gaps_from: Path |
     topo = generate_topology(64, 0)
     for load, seed in traces:
         if gaps_from is None:
-            gap = mean_gap_for_load(jobs, seed, load, total_gpus=topo.total_gpus, job_gpu_seconds=PlannedGpuTime(topo))
+            gap = speed_gap(topo, jobs, seed, load, PlannedGpuTime(topo))
         else:
             gap = base_gap(gaps_from, load, seed, jobs)
         trace = generate_trace(jobs, seed, mean_interarrival_s=gap)
