@@ -73,7 +73,7 @@ def one_run(stolen: bool, busy_ms: float, period_ms: float) -> dict:
     meter = StealMeter()
     try:
         with Emulation(parse_topology(TOPOLOGY), NetConfig(hosts_per_cluster=2, intra_cap_mbps=300)) as emu:
-            results = measure_all(emu, wan_seconds=3, wan_omit_s=1, intra_seconds=1.5, intra_omit_s=0.5)
+            results = measure_all(emu, wan_seconds=3, wan_omit_s=1, intra_seconds=3, intra_omit_s=1)
             stats = emu.delay_stats()
             mechanism = emu.mechanism
     finally:

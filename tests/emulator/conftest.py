@@ -8,11 +8,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
 
+from emulator.net.hoststeal import noticeable
 from emulator.net.state import RUN_DIR_PREFIX
+from emulator.net.tolerance import bandwidth_ok
 from spiderflow.topology import parse_topology
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,6 +25,22 @@ PYTHON = sys.executable
 def pytest_runtest_setup(item):
     if item.get_closest_marker("root") and os.geteuid() != 0:
         pytest.skip("needs root (network namespaces, tc, iptables): run the tests with sudo")
+
+
+def rate_ok(configured_mbps: float, measured_mbps: float, steal_pct: float, what) -> bool:
+    """A measured rate within the shared tolerance (``bandwidth_ok``); or, where the host (hypervisor) stole a
+    noticeable share of this machine's CPU while it was measured, not above the tolerance and at least half
+    the configured rate, with a warning. A stolen virtual CPU reads a link low, never high: 12-33% stolen
+    for minutes read shaped flows at 0.82-0.95 of their rate after every re-measurement
+    (benchmarks/results/delay_stalls.md), and failed these tests on links shaped right. A link over its
+    rate, or under half of it, fails whatever the host did."""
+    if bandwidth_ok(configured_mbps, measured_mbps):
+        return True
+    if not noticeable(steal_pct) or not 0.5 * configured_mbps <= measured_mbps <= configured_mbps:
+        return False
+    warnings.warn(f"{what}: {measured_mbps:.1f} of {configured_mbps:.1f} Mbit/s while the host stole "
+                  f"{steal_pct:.0f}% of the CPU: no verdict on its rate", stacklevel=2)
+    return True
 
 
 def two_cluster_topology(bandwidth_gbps=0.6, latency_ms=20.0, jitter_ms=0.0):

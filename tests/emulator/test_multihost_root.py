@@ -28,11 +28,11 @@ from emulator.net.multihost import ClusterEmulation
 from emulator.net.multihost_check import summarize
 from emulator.net.servers import ServerSet, Ssh, assign_clusters
 from emulator.net.state import RUN_DIR_PREFIX
-from emulator.net.tolerance import DELAY_ABS_MS, bandwidth_ok, delay_ok
+from emulator.net.tolerance import DELAY_ABS_MS, delay_ok
 
 from spiderflow.errors import EmulatorError
 
-from .conftest import PYTHON, REPO, TWO_CLUSTER_1G_YAML, TWO_CLUSTER_YAML, two_cluster_topology
+from .conftest import PYTHON, REPO, TWO_CLUSTER_1G_YAML, TWO_CLUSTER_YAML, rate_ok, two_cluster_topology
 
 pytestmark = pytest.mark.root
 NAME = "sf-srvt"  # not the script's sf-srv2: a test never meets a running multihost-test.sh
@@ -137,7 +137,7 @@ def test_cross_server_link_is_shaped_like_a_local_one(second_server, state_dir, 
     assert len(results) == 2
     for r in results:
         t = r.target
-        assert bandwidth_ok(t.configured_mbps, r.measured_mbps), (t.a, t.b, r.measured_mbps)
+        assert rate_ok(t.configured_mbps, r.measured_mbps, r.host_steal_pct, r), r
         assert delay_ok(t.configured_delay_ms, r.measured_delay_ms), (t.a, t.b, r.measured_delay_ms)
     summary = summarize(results, assignment)
     assert summary["cross-server"]["directions"] == 2
@@ -298,7 +298,7 @@ def test_run_over_two_servers_sharing_no_files(private_server, state_dir, assert
     links = json.loads(check.stdout)["links"]
     assert len(links) == 2 and all(link["cross_server"] for link in links)
     for link in links:
-        assert bandwidth_ok(link["configured_mbps"], link["measured_mbps"]), link
+        assert rate_ok(link["configured_mbps"], link["measured_mbps"], link["host_steal_pct"], link), link
         assert delay_ok(link["configured_delay_ms"], link["measured_delay_ms"]), link
     # the far side, asked there: its state directory holds at most the (free) lock, no scratch directory
     # and no process carrying a marker for it are left
@@ -396,8 +396,10 @@ def test_calibrate_over_two_servers(second_server, state_dir, assert_no_leak, tm
 
     (tmp_path / "two.yaml").write_text(TWO_CLUSTER_1G_YAML)
     out = tmp_path / "cal"
+    # the shipped default of 3 samples, a median per size: with 1, one slow 16 MB transfer under the
+    # suite's load fitted the 1 Gbit/s link at 0.80 Gbit/s in a CI run
     argv = [PYTHON, "-m", "emulator", "calibrate", "--topology", str(tmp_path / "two.yaml"), "--no-plans",
-            "--samples", "1", "--out", str(out), "--json", "--servers", f"localhost,{NAME}",
+            "--samples", "3", "--out", str(out), "--json", "--servers", f"localhost,{NAME}",
             "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=os.environ)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -418,7 +420,7 @@ def test_calibrate_over_two_servers(second_server, state_dir, assert_no_leak, tm
         lines = [json.loads(x) for x in (bench / f"r{rank}.jsonl").read_text().splitlines()]
         assert lines[-1] == {"event": "done", "rank": rank} and (bench / f"r{rank}.log").exists()
     wan = load_calibration(json.loads(done.stdout)["calibration"][0]).path("east", "west")
-    assert bandwidth_ok(1000.0, wan.beta_gbps * 1000) and delay_ok(10.0, wan.alpha_s * 1e3), wan
+    assert rate_ok(1000.0, wan.beta_gbps * 1000, config["host_steal_pct"], wan) and delay_ok(10.0, wan.alpha_s * 1e3), wan
     assert not list(state_dir.glob("remote-*/emulation.json")) and not (state_dir / "emulation.json").exists()
     assert not marked_for(NAME)
     assert_no_leak()

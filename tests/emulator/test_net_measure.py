@@ -16,6 +16,8 @@ from emulator.net.layout import NetConfig, build_plan
 from emulator.net.tolerance import bandwidth_ok, delay_ok, problems
 from spiderflow.topology import load_topology
 
+from .conftest import rate_ok
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -29,6 +31,14 @@ def test_tolerance_boundaries():
     assert delay_ok(33.5, 35.5) and delay_ok(33.5, 31.5) and not delay_ok(33.5, 35.6)
     assert problems(100, 100, 10, 10) == []
     assert len(problems(100, 50, 10, 20)) == 2
+
+
+def test_the_root_tests_take_a_low_rate_as_no_verdict_only_while_the_host_stole_the_cpu():
+    assert rate_ok(100, 95, 0.0, "quiet") and not rate_ok(100, 85, 1.9, "quiet")
+    with pytest.warns(UserWarning, match="stole 12% of the CPU: no verdict"):
+        assert rate_ok(100, 85, 12.0, "stolen")
+    # over the rate, or far under it, is the link's fault whatever the host did
+    assert not rate_ok(100, 115, 12.0, "over") and not rate_ok(100, 45, 30.0, "far under")
 
 
 def test_targets_cover_both_directions_of_every_link_and_one_pair_per_cluster():

@@ -18,7 +18,9 @@ from emulator.net.measure import measure_all
 from emulator.net.emulation import Emulation
 from emulator.net.layout import NetConfig
 from emulator.net.state import RUN_DIR_PREFIX
-from emulator.net.tolerance import DELAY_ABS_MS, bandwidth_ok, delay_ok
+from emulator.net.tolerance import DELAY_ABS_MS, delay_ok
+
+from .conftest import rate_ok
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
@@ -50,10 +52,11 @@ def start_child(state_dir):
 
 def test_two_cluster_network_is_within_tolerance(two_cluster, state_dir, assert_no_leak):
     # intra capped at 300 Mbit/s: shaped and measured all the same, but cheap enough on 2 cores
-    # that a busy CI machine cannot starve it
+    # that a busy CI machine cannot starve it; three whole 1-s intervals per flow, so a one-second stall
+    # of the machine cannot decide its median rate (with one interval, 253 of 300 Mbit/s failed a CI run)
     with Emulation(two_cluster, NetConfig(hosts_per_cluster=2, intra_cap_mbps=300)) as emu:
         assert emu.mechanism in ("netem", "nfqueue")
-        results = measure_all(emu, wan_seconds=3, wan_omit_s=1, intra_seconds=1.5, intra_omit_s=0.5)
+        results = measure_all(emu, wan_seconds=3, wan_omit_s=1, intra_seconds=3, intra_omit_s=1)
         stats = emu.delay_stats()
         link = emu.run("east-h0", ["ip", "-d", "link", "show", "eth0"]).stdout
         burst = emu.run("east-gw", ["tc", "-d", "class", "show", "dev", "w-west"]).stdout
@@ -61,8 +64,8 @@ def test_two_cluster_network_is_within_tolerance(two_cluster, state_dir, assert_
                                                           ("west", "west")}
     for r in results:
         t = r.target
-        assert bandwidth_ok(t.configured_mbps, r.measured_mbps), (t, r.measured_mbps)
-        assert delay_ok(t.configured_delay_ms, r.measured_delay_ms), (t, r.measured_delay_ms)
+        assert rate_ok(t.configured_mbps, r.measured_mbps, r.host_steal_pct, r), r
+        assert delay_ok(t.configured_delay_ms, r.measured_delay_ms), r
     wan = [r for r in results if r.target.kind == "wan"]
     assert all(r.target.configured_mbps == pytest.approx(60.0) for r in wan)
     # small GSO packets and a small htb burst: no head start for a transfer on an idle link
