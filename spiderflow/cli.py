@@ -12,7 +12,8 @@ from pathlib import Path
 
 from spiderflow import __version__, shipped
 from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, dumps, int_in, run_main,
-                                int_list, name_list, output_dir, output_file, seed_arg, time_limit_arg)
+                                int_list, make_output_dir, name_list, output_dir, output_file, seed_arg,
+                                time_limit_arg)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError, SpiderFlowError
@@ -213,6 +214,7 @@ def cmd_bench_planner(args) -> int:
 
     from spiderflow import bench
 
+    out = make_output_dir(args.out)  # before the benchmark's minutes, not after
     planners = list(args.planners)
     if "spinsearch" not in planners:
         planners.insert(0, "spinsearch")
@@ -224,7 +226,7 @@ def cmd_bench_planner(args) -> int:
                                    progress=bar)
     summary = bench.summarise(rows)
     command = "python -m spiderflow bench planner " + " ".join(sys.argv[3:] if len(sys.argv) > 3 else [])
-    md = bench.write_results(rows, summary, Path(args.out), bench.header_line(command.strip()))
+    md = bench.write_results(rows, summary, out, bench.header_line(command.strip()))
     if args.json:
         from spiderflow.traces.cli import printable
 

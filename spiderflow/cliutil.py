@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from spiderflow.errors import ConfigError
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse reporting a bad command line as one line (no usage block) and exit 2."""
@@ -180,6 +182,19 @@ def output_dir(text: str) -> str:
     """argparse type: a directory that exists or can be made (its nearest existing ancestor is a
     writable directory)."""
     return _path_checked(_check_dir, text)
+
+
+def make_output_dir(path: str | Path, flag: str = "--out") -> Path:
+    """Make the output directory ``path`` and its parents, or say in one line why the file system
+    would not: what :func:`output_dir` cannot foresee at parse time (root may write anywhere by its
+    permissions, yet ``/proc`` and read-only mounts still refuse it)."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {_shown(str(path))}: cannot make the directory "
+                          f"({exc.strerror or exc}); give another path") from None
+    return out
 
 
 def output_file(text: str) -> str:

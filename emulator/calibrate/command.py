@@ -37,7 +37,7 @@ from emulator.net.layout import NetConfig
 from emulator.net.servers import ServerSet, add_server_arguments
 from emulator.run import MAX_ITERATIONS, check_split, check_warmup, emulation, rank_pools, servers_of, topology_split
 from emulator.jobs.replay import RunConfig
-from spiderflow.cliutil import dumps, int_in, output_dir
+from spiderflow.cliutil import dumps, int_in, make_output_dir, output_dir
 from spiderflow.costmodel import load_calibration, plan_work
 from spiderflow.provenance import provenance
 from spiderflow.topology.load import TOPOLOGY_NAME
@@ -164,8 +164,7 @@ def main(args: argparse.Namespace) -> int:
     for topo, assignment in splits:
         check_split(topo, servers, assignment)
     require_root()
-    out = Path(args.out or f"runs/calibrate-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir(args.out or f"runs/calibrate-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     for name in ("microbench.jsonl", "plans.jsonl"):
         (out / name).unlink(missing_ok=True)
     log = lambda msg: print(f"[calibrate] {msg}", file=sys.stderr, flush=True)  # noqa: E731

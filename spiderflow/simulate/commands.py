@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from spiderflow import shipped
-from spiderflow.cliutil import add_scheduler_arguments, dumps, int_in, name_list, output_dir
+from spiderflow.cliutil import add_scheduler_arguments, dumps, int_in, make_output_dir, name_list, output_dir
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError
@@ -138,8 +138,7 @@ def cmd_simulate(args) -> int:
     _none_placeable(args, {args.planner: records})
     _note_rejected(args.planner, records, args)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_output_dir(args.out)
         write_rows(records, out / f"jobs-{args.planner}.csv", changes=_changing(args))
         (out / "summary.json").write_text(dumps(summary))
         (out / "config.json").write_text(dumps(_resolved(args, [args.planner])))
@@ -208,9 +207,8 @@ def cmd_compare(args) -> int:
     _none_placeable(args, records)
     for name in planners:
         _note_rejected(name, records[name], args)
-    out = Path(args.out) if args.out else None
+    out = make_output_dir(args.out) if args.out else None
     if out:
-        out.mkdir(parents=True, exist_ok=True)
         for name in planners:
             write_rows(records[name], out / f"jobs-{name}.csv", changes=_changing(args))
     table = headline(summaries)

@@ -136,6 +136,22 @@ def test_out_parent_missing(tmp_path, cmd):
     assert not (tmp_path / "nope").exists()
 
 
+@pytest.mark.parametrize("cmd", [
+    ["simulate", "--trace", "traces/default.csv", "--topology", "topologies/default.yaml"],
+    ["compare", "--trace", "traces/default.csv", "--topology", "topologies/default.yaml", "--planners", "blind"],
+    ["bench", "planner", "--clusters", "8", "--jobs", "1", "--planners", "spinsearch"]])
+def test_out_the_file_system_refuses_is_one_line(cmd):
+    """/proc takes no new directory, though root's permissions allow it (found by fuzzing: a
+    traceback from mkdir); without root it is refused when the arguments are read. simulate and
+    compare make it after their runs (their progress lines come first), so that input they reject
+    leaves no directory behind."""
+    proc = run(*cmd, "--out", "/proc/spiderflow-nope/x")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and proc.stderr.strip().splitlines()[-1] == errors[0], proc.stderr
+    assert "--out" in errors[0] and ("cannot make the directory" in errors[0] or "permission denied" in errors[0])
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes everywhere")
 def test_out_parent_not_writable(tmp_path):
     ro = tmp_path / "ro"
