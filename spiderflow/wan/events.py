@@ -12,7 +12,7 @@ CSV, header exactly ``time_s,link,bandwidth_gbps,latency_ms,up`` (any column ord
   (equal times apply in file order; a row earlier than the one above is refused).
 - ``link``: ``a-b``, a link of the topology written in either order. Cluster names are
   ``[a-z][a-z0-9]{0,7}`` (spiderflow.topology.load), so the one ``-`` splits it unambiguously.
-- ``bandwidth_gbps`` (> 0), ``latency_ms`` (one-way, >= 0): the link's new figures from ``time_s``
+- ``bandwidth_gbps`` (>= 1e-6, 1 kbit/s, as in topology files), ``latency_ms`` (one-way, >= 0): the link's new figures from ``time_s``
   on; an **empty cell means unchanged** (the last value set, else the topology's).
 - ``up``: 1 (carries traffic) or 0 (down: no route may use it until a row sets it up again).
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from spiderflow.errors import ConfigError
 from spiderflow.topology import Topology
-from spiderflow.topology.load import MAX_BANDWIDTH_GBPS, MAX_LATENCY_MS
+from spiderflow.topology.load import MAX_BANDWIDTH_GBPS, MAX_LATENCY_MS, MIN_BANDWIDTH_GBPS
 from spiderflow.traces.common import shown
 from spiderflow.wan.rows import fail, number, rows, timed
 
@@ -83,7 +83,7 @@ def load_wan_events(path: str | Path, topology: Topology) -> tuple[WanEvent, ...
         link = resolve_link(row["link"], topology)
         if isinstance(link, str):
             raise fail(source, line, "link", link)
-        bandwidth = number(source, line, row, "bandwidth_gbps", strict=True, high=MAX_BANDWIDTH_GBPS,
+        bandwidth = number(source, line, row, "bandwidth_gbps", low=MIN_BANDWIDTH_GBPS, high=MAX_BANDWIDTH_GBPS,
                            optional=True, fix="give Gbit/s, or leave it empty; a link that carries nothing "
                                               "is down: up=0")
         latency = number(source, line, row, "latency_ms", high=MAX_LATENCY_MS, optional=True,

@@ -47,8 +47,10 @@ WAN_BAD = [
     ("0,oregon-virginia-ohio,1,,1", "link", "two cluster names"),
     ("x,oregon-virginia,1,,1", "time_s", "must be a number >= 0 (got 'x')"),
     ("-5,oregon-virginia,1,,1", "time_s", "must be a number >= 0"),
-    ("0,oregon-virginia,0,,1", "bandwidth_gbps", "must be a number > 0 or empty (unchanged) (got '0')"),
-    ("0,oregon-virginia,-1,,1", "bandwidth_gbps", "must be a number > 0"),
+    ("0,oregon-virginia,0,,1", "bandwidth_gbps", "must be a number >= 1e-06 or empty (unchanged) (got '0')"),
+    ("0,oregon-virginia,-1,,1", "bandwidth_gbps", "must be a number >= 1e-06"),
+    # a topology file's least (1 kbit/s): 1e-300 Gbit/s ran a trace to an avg JCT of 1.2e301 s
+    ("0,oregon-virginia,1e-300,,1", "bandwidth_gbps", "must be a number >= 1e-06 or empty (unchanged) (got '1e-300')"),
     ("0,oregon-virginia,nan,,1", "bandwidth_gbps", "(got 'nan')"),
     ("0,oregon-virginia,inf,,1", "bandwidth_gbps", "(got 'inf')"),
     ("0,oregon-virginia,1e9,,1", "bandwidth_gbps", "must be at most"),
