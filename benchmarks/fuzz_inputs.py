@@ -2,8 +2,8 @@
 tests/test_fuzz_inputs.py.
 
 Every family of tests/fuzzkit/families.py (topology YAML, calibration JSON, our trace CSV,
-the five public trace formats, the command lines of plan / simulate / compare / trace /
-topology) is mutated ``--examples`` times; each input runs as ``python -m spiderflow ...``
+the five public trace formats, WAN and capacity events files, the command lines of plan /
+simulate / compare / trace / wan / topology) is mutated ``--examples`` times; each input runs as ``python -m spiderflow ...``
 in a scratch directory with a per-run timeout (past it: a hang), under
 ``PYTHONIOENCODING=utf-8`` (strict stdout, as on a UTF-8 desktop locale; the C locale would
 escape undecodable bytes instead). Then the curated KNOWN-BAD inputs (one per bad-input class

@@ -34,7 +34,8 @@ DEADLINE = timedelta(seconds=5)  # generous for a 2-core machine shared with oth
 EXAMPLES = {
     "topology": 40, "calibration": 30, "trace-ours": 30, "trace-acme": 10, "trace-helios": 8,
     "trace-alibaba-v2023": 20, "trace-philly": 20, "trace-alibaba-v2020": 15,
-    "cli-plan": 40, "cli-simulate": 20, "cli-compare": 12, "cli-trace": 30, "cli-topology": 40,
+    "wan-events": 20, "capacity-events": 20,
+    "cli-plan": 40, "cli-simulate": 20, "cli-compare": 12, "cli-trace": 30, "cli-wan": 20, "cli-topology": 40,
 }
 FAMILIES = families()
 

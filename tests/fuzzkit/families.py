@@ -42,6 +42,17 @@ COPIES = {
 }
 
 
+# WAN and capacity events for topologies/default.yaml (docs/wan-events.md): every column used,
+# empty cells (unchanged), a link down and up again, a withdrawal with notice and return, one for good
+EVENT_SEEDS = {
+    "wan/default.csv": ("time_s,link,bandwidth_gbps,latency_ms,up\n"
+                        "0,oregon-virginia,0.5,,1\n2,virginia-london,,40,1\n3,tokyo-oregon,,,0\n"
+                        "6,oregon-tokyo,0.8,25,1\n9,tokyo-london,0.05,80.5,1\n"),
+    "wan/capacity.csv": ("time_s,cluster,gpus,notice_s,return_s\n"
+                         "2,tokyo,4,1,12\n5,oregon,16,0,\n7,london,8,2.5,30\n"),
+}
+
+
 def prepare_workdir(work: Path) -> Path:
     """Empty ``work`` (what the last case wrote or made) and copy the seeds into it, with an
     existing file and directory for ``--out`` to hit; every case starts from the same state."""
@@ -53,6 +64,9 @@ def prepare_workdir(work: Path) -> Path:
     for rel, src in COPIES.items():
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, work / rel)
+    for rel, text in EVENT_SEEDS.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
     (work / "existing_file.txt").write_text("not a directory\n")
     (work / "existing_dir").mkdir(exist_ok=True)
     (work / "out").mkdir(exist_ok=True)
@@ -139,6 +153,22 @@ def _alibaba2020(rng: random.Random) -> Case:
                        "topologies/paper8.yaml", rel=where, files=files)
 
 
+def _events_family(family: str, seed: str, option: str) -> Callable[[random.Random], Case]:
+    """A mutated events file replayed under the default trace (its loader, then the simulator's
+    changes to the network or the GPU pool); now and then validated alone by ``wan check``."""
+    def make(rng: random.Random) -> Case:
+        data = mutate_csv(rng, EVENT_SEEDS[seed].encode())
+        if rng.random() < 0.25:
+            argv = ["wan", "check", "in/events.csv", "--topology", "topologies/default.yaml", "--json"]
+            argv += ["--capacity"] if option == "--capacity-events" else []
+        else:
+            argv = ["simulate", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv",
+                    option, "in/events.csv", *SIM]
+            argv += ["--no-replan"] if rng.random() < 0.3 else []
+        return Case(family, f"mutated {seed}", argv, {"in/events.csv": data})
+    return make
+
+
 FILE_FAMILIES: dict[str, Callable[[random.Random], Case]] = {
     "topology": _topology,
     "calibration": _calibration,
@@ -151,6 +181,8 @@ FILE_FAMILIES: dict[str, Callable[[random.Random], Case]] = {
                                        "topologies/paper8.yaml"),
     "trace-philly": _philly,
     "trace-alibaba-v2020": _alibaba2020,
+    "wan-events": _events_family("wan-events", "wan/default.csv", "--wan-events"),
+    "capacity-events": _events_family("capacity-events", "wan/capacity.csv", "--capacity-events"),
 }
 
 
@@ -181,6 +213,14 @@ BAD_VALUES: dict[str, list[str]] = {
     "--mean-interarrival": ["0", "-1", "nan", "inf", "1e400", "1e8", "1e-300", ""],
     "--max-gpus": ["7", "12", "0", "-8", "2097152", "nan", "8", ""],
     "--arrival": ["nope", "", "POISSON"],
+    "--wan-events": PATHS + ["wan/capacity.csv"], "--capacity-events": PATHS + ["wan/default.csv"],
+    "--hours": ["0", "-1", "nan", "inf", "1e400", "100000", "1e-300", ""],
+    "--step-s": ["0", "-1", "nan", "1e-300", "86401", "1e400", ""],
+    "--outages": ["-1", "0", "1000001", "1.5", "nan", BIG_DIGITS, ""],
+    "--outage-s": ["0", "-1", "nan", "1e400", "2592001", "1e-300", ""],
+    "--outage-link": ["oregon-london", "oregon-oregon", "mars-oregon", "oregon", "", "-", "tokyo-oregon"],
+    "--diurnal-amplitude": ["1", "0.96", "-0.1", "nan", ""],
+    "--start-hour-utc": ["24", "-1", "nan", ""],
 }
 GENERIC = ["-1", "0", "nan", "inf", "1e400", BIG_DIGITS, "", " ", ",,,", "a,a", "\x00", "\udcff", "\u00e9", "--json",
            "1.5", "/nonexistent/x", "existing_dir", "existing_file.txt", "-"]
@@ -212,6 +252,16 @@ CLI_BASES: dict[str, list[list[str]]] = {
     "cli-trace": [
         ["trace", "generate", "--jobs", "5", "--seed", "1", "--arrival", "bursty", "--mean-interarrival", "60",
          "--max-gpus", "16", "--out", "out/t.csv"],
+    ],
+    "cli-wan": [
+        ["wan", "generate", "--topology", "topologies/default.yaml", "--seed", "1", "--hours", "6", "--step-s", "1800",
+         "--diurnal-amplitude", "0.5", "--start-hour-utc", "3", "--outages", "2", "--outage-s", "600",
+         "--out", "out/w.csv", "--json"],
+        ["wan", "generate", "--topology", "topologies/default.yaml", "--hours", "2", "--outages", "1",
+         "--outage-link", "oregon-virginia", "--out", "out/w.csv"],
+        ["wan", "check", "wan/capacity.csv", "--topology", "topologies/default.yaml", "--capacity"],
+        ["simulate", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", *SIM,
+         "--wan-events", "wan/default.csv", "--capacity-events", "wan/capacity.csv"],
     ],
     "cli-topology": [
         ["topology", "generate", "--clusters", "4", "--seed", "1", "--out", "out/t.yaml"],
@@ -350,6 +400,10 @@ def valid_cases() -> list[Case]:
         argv = ["simulate", "--topology", f"topologies/{topology}.yaml", "--trace", seed, *SIM]
         cases.append(Case(f"trace-{fmt}", f"valid {seed}", argv, {}, ("trace", seed, {})))
     cases += [Case(name, "valid " + " ".join(argv), argv) for name, bases in CLI_BASES.items() for argv in bases]
+    for family, seed, option in (("wan-events", "wan/default.csv", "--wan-events"),
+                                 ("capacity-events", "wan/capacity.csv", "--capacity-events")):
+        cases.append(Case(family, f"valid {seed}", ["simulate", "--topology", "topologies/default.yaml", "--trace",
+                                                      "traces/default.csv", option, seed, *SIM]))
     # a file name that is not UTF-8 (bytes 0xff on the command line) is a valid name to write
     cases += [Case("cli-topology", "valid topology generate --out to a non-UTF-8 file name",
                    ["topology", "generate", "--clusters", "3", "--out", "out/\udcff.yaml"]),

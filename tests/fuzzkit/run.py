@@ -104,6 +104,25 @@ def check_cli_output(argv: list[str], out: str) -> None:
         topo = load_topology(args.out)
         if len(topo.clusters) != args.clusters:
             raise Problem(f"topology generate wrote {len(topo.clusters)} clusters, asked {args.clusters}")
+    elif args.command == "wan" and args.wan_cmd == "generate":
+        from spiderflow.wan.events import load_wan_events
+
+        if args.json:
+            strict_json(out, "wan generate --json")
+        if not Path(args.out).is_file():  # /dev/null: written, and gone
+            return
+        events = load_wan_events(args.out, load_topology(args.topology))
+        if max(ev.time_s for ev in events) > args.hours * 3600:
+            raise Problem(f"wan generate wrote an event at {max(ev.time_s for ev in events):g} s, "
+                          f"past --hours {args.hours:g}")
+    elif args.command == "wan" and args.wan_cmd == "check":
+        if args.json:
+            doc = strict_json(out, "wan check --json")
+            if not (isinstance(doc, dict) and doc.get("ok") is True and doc.get("events", 0) >= 1
+                    and 0 <= doc["first_s"] <= doc["last_s"]):
+                raise Problem(f"wan check --json exited 0 but said {out[:200]!r}")
+        elif ": ok (" not in out:
+            raise Problem(f"wan check exited 0 but said {out[:200]!r}")
     elif args.command == "topology" and args.topology_cmd == "check":
         if getattr(args, "json", False):
             try:
