@@ -12,8 +12,9 @@ CSV, header exactly ``time_s,link,bandwidth_gbps,latency_ms,up`` (any column ord
   (equal times apply in file order; a row earlier than the one above is refused).
 - ``link``: ``a-b``, a link of the topology written in either order. Cluster names are
   ``[a-z][a-z0-9]{0,7}`` (spiderflow.topology.load), so the one ``-`` splits it unambiguously.
-- ``bandwidth_gbps`` (>= 1e-6, 1 kbit/s, as in topology files), ``latency_ms`` (one-way, >= 0): the link's new figures from ``time_s``
-  on; an **empty cell means unchanged** (the last value set, else the topology's).
+- ``bandwidth_gbps`` (>= 1e-6, 1 kbit/s, as in topology files), ``latency_ms`` (one-way, >= 0):
+  the link's new figures from ``time_s`` on; an **empty cell means unchanged** (the last value
+  set, else the topology's).
 - ``up``: 1 (carries traffic) or 0 (down: no route may use it until a row sets it up again).
 
 Every bad value is one ConfigError line, ``FILE: row N: field must be ... (got X); fix``.
