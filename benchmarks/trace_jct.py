@@ -59,9 +59,10 @@ def base_gap(base: Path, load: float, seed: int, jobs: int) -> float:
 def run(out: Path, traces: list[tuple[float, int]], jobs: int, gaps_from: Path | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     topo = generate_topology(64, 0)
+    gpu_time = PlannedGpuTime(topo)  # each job shape planned alone once, for every trace's gap
     for load, seed in traces:
         if gaps_from is None:
-            gap = speed_gap(topo, jobs, seed, load, PlannedGpuTime(topo))
+            gap = speed_gap(topo, jobs, seed, load, gpu_time)
         else:
             gap = base_gap(gaps_from, load, seed, jobs)
         trace = generate_trace(jobs, seed, mean_interarrival_s=gap)
