@@ -169,6 +169,9 @@ def _events_family(family: str, seed: str, option: str) -> Callable[[random.Rand
     return make
 
 
+EVENT_FAMILIES = (("wan-events", "wan/default.csv", "--wan-events"),  # (family, seed, option)
+                  ("capacity-events", "wan/capacity.csv", "--capacity-events"))
+
 FILE_FAMILIES: dict[str, Callable[[random.Random], Case]] = {
     "topology": _topology,
     "calibration": _calibration,
@@ -181,8 +184,7 @@ FILE_FAMILIES: dict[str, Callable[[random.Random], Case]] = {
                                        "topologies/paper8.yaml"),
     "trace-philly": _philly,
     "trace-alibaba-v2020": _alibaba2020,
-    "wan-events": _events_family("wan-events", "wan/default.csv", "--wan-events"),
-    "capacity-events": _events_family("capacity-events", "wan/capacity.csv", "--capacity-events"),
+    **{family: _events_family(family, seed, option) for family, seed, option in EVENT_FAMILIES},
 }
 
 
@@ -400,8 +402,7 @@ def valid_cases() -> list[Case]:
         argv = ["simulate", "--topology", f"topologies/{topology}.yaml", "--trace", seed, *SIM]
         cases.append(Case(f"trace-{fmt}", f"valid {seed}", argv, {}, ("trace", seed, {})))
     cases += [Case(name, "valid " + " ".join(argv), argv) for name, bases in CLI_BASES.items() for argv in bases]
-    for family, seed, option in (("wan-events", "wan/default.csv", "--wan-events"),
-                                 ("capacity-events", "wan/capacity.csv", "--capacity-events")):
+    for family, seed, option in EVENT_FAMILIES:
         cases.append(Case(family, f"valid {seed}", ["simulate", "--topology", "topologies/default.yaml", "--trace",
                                                       "traces/default.csv", option, seed, *SIM]))
     # a file name that is not UTF-8 (bytes 0xff on the command line) is a valid name to write
