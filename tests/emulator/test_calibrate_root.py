@@ -6,10 +6,9 @@ import sys
 
 import pytest
 
-from emulator.net.tolerance import delay_ok
 from spiderflow.costmodel import load_calibration
 
-from .conftest import REPO, TWO_CLUSTER_1G_YAML, rate_ok
+from .conftest import REPO, TWO_CLUSTER_1G_YAML, delay_ok_under_steal, rate_ok
 
 TOPOLOGY = TWO_CLUSTER_1G_YAML
 
@@ -32,9 +31,9 @@ def test_calibrate_fits_the_configured_bandwidth(tmp_path, state_dir, assert_no_
     assert wan is not None
     stolen = json.loads((out / "config.json").read_text())["host_steal_pct"]
     assert rate_ok(1000.0, wan.beta_gbps * 1000, stolen, wan), wan  # within 10% of the configured 1 Gbit/s
-    # one-way 10 ms, within the shared delay tolerance: with open TCP windows the fitted intercept may sit a
+    # one-way 10 ms, within the shared delay tolerance (or a little over while the host stole the CPU): with open TCP windows the fitted intercept may sit a
     # little under the delay (htb lets the first burst through at veth speed)
-    assert delay_ok(10.0, wan.alpha_s * 1e3), wan
+    assert delay_ok_under_steal(10.0, wan.alpha_s * 1e3, stolen, wan), wan
     assert set(cal.intra) == {"east", "west"}
     ring = cal.ring(["west", "east"])  # the two-cluster ring all-reduce: both directions loaded at once
     assert ring is not None and rate_ok(1000.0, ring.beta_gbps * 1000, stolen, ring), ring

@@ -16,7 +16,7 @@ from emulator.net.layout import NetConfig, build_plan
 from emulator.net.tolerance import bandwidth_ok, delay_ok, problems
 from spiderflow.topology import load_topology
 
-from .conftest import rate_ok
+from .conftest import delay_ok_under_steal, rate_ok
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,6 +39,14 @@ def test_the_root_tests_take_a_low_rate_as_no_verdict_only_while_the_host_stole_
         assert rate_ok(100, 85, 12.0, "stolen")
     # over the rate, or far under it, is the link's fault whatever the host did
     assert not rate_ok(100, 115, 12.0, "over") and not rate_ok(100, 45, 30.0, "far under")
+
+
+def test_the_root_tests_take_a_high_delay_as_no_verdict_only_while_the_host_stole_the_cpu():
+    assert delay_ok_under_steal(10, 11.9, 0.0, "quiet") and not delay_ok_under_steal(10, 12.4, 1.9, "quiet")
+    with pytest.warns(UserWarning, match="stole 19% of the CPU: no verdict on its delay"):
+        assert delay_ok_under_steal(10, 12.39, 19.4, "stolen")
+    # under the delay, or over it by more than twice the tolerance, is the link's fault whatever the host did
+    assert not delay_ok_under_steal(10, 7.9, 19.4, "under") and not delay_ok_under_steal(10, 14.1, 30.0, "far over")
 
 
 def test_targets_cover_both_directions_of_every_link_and_one_pair_per_cluster():
