@@ -310,6 +310,7 @@ def chains_crowd_of(chains: tuple[tuple[str, ...], ...], view: TopologyView) -> 
         return ()
     key = ("crowd", chains)
     hit = view._memo.get(key)
-    if hit is None:
-        hit = view._memo[key] = chains_crowd(chains, view.topology)
+    if hit is None:  # (the topology's routes alone decide it: every network state on it shares it)
+        topology = view.topology
+        hit = view._memo[key] = topology.derived(key, lambda: chains_crowd(chains, topology))
     return hit

@@ -138,26 +138,37 @@ def _crowded_links(names: tuple[str, ...], view: TopologyView) -> tuple:
     between the clusters but another load on such a link price such plans differently (a chain
     a-b-c routed through x, where load on x-b moved no pair's figure, got the plan and the estimate,
     3.0 s, of the unloaded state from the memo, where that plan takes 4.9 s and a search finds one of
-    3.7 s). The replicas of every split of the chain into equal runs are the chains TPA's shapes,
-    floors and estimates crowd (:func:`~spiderflow.parallel.bounds.shape_channels`), and
-    :meth:`~spiderflow.costmodel.network.Crowded.reads` says which links each send's price reads."""
+    3.7 s). Which links those are is the topology's business alone (:func:`_links_read`)."""
     if not view.shares_links or len(names) < 2:
         return ()
     key = ("crowded links", names)
     hit = view._memo.get(key)
     if hit is None:
-        links = set()
+        gbps, load = view.link_gbps, view.link_load
+        hit = view._memo[key] = tuple((link, gbps.get(link), load.get(link)) for link in _links_read(names, view))
+    return hit
+
+
+def _links_read(names: tuple[str, ...], view: TopologyView) -> tuple[tuple[str, str], ...]:
+    """The links (sorted) whose load a plan on the chain ``names`` reads beyond the pairs' figures, on a
+    view that shares links: the replicas of every split of the chain into equal runs are the chains
+    TPA's shapes, floors and estimates crowd (:func:`~spiderflow.parallel.bounds.shape_channels`),
+    and :meth:`~spiderflow.costmodel.network.Crowded.reads` says which links each send's price reads.
+    Both follow the topology's routes alone, never a link's load: memoised on the topology, for
+    every network state on it."""
+    def make() -> tuple[tuple[str, str], ...]:
+        links: set[tuple[str, str]] = set()
         for runs in replica_runs(names):
             crowd = chains_crowd_of(runs, view)
             if not crowd:
                 continue
-            channels = view.crowded(crowd)
+            channels = Crowded(crowd)
             for run in runs:
                 for a, b in zip(run, run[1:]):
                     links.update(channels.reads(view, a, b), channels.reads(view, b, a))
-        gbps, load = view.link_gbps, view.link_load
-        hit = view._memo[key] = tuple((link, gbps.get(link), load.get(link)) for link in sorted(links))
-    return hit
+        return tuple(sorted(links))
+
+    return view.topology.derived(("links read", names), make)
 
 
 def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: TopologyView, *,

@@ -19,14 +19,18 @@ import hashlib
 import heapq
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 import networkx as nx
 
 from spiderflow.hardware import gpu_profile
 
 ROUTING_RULES = ("shortest", "widest")
+DERIVED_KEPT = 200_000  # Topology.derived's entries at most
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +102,8 @@ class Topology:
     # route cache; init=False so that dataclasses.replace (a topology with other links) starts a fresh one
     _routes: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
     _rings: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    # facts the routes alone decide, memoised by the modules that derive them (:meth:`derived`)
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.routing not in ROUTING_RULES:
@@ -157,6 +163,18 @@ class Topology:
         if routes is None:
             routes = self._routes[a] = self._routes_from(a)
         return routes[b]
+
+    def derived(self, key: tuple, make: Callable[[], T]) -> T:
+        """``make()``, memoised under ``key`` for this topology: for facts its routes alone decide
+        (a chain's crowded hops, the links its crowded sends read), which every network state on it
+        shares. Callers key by what they compute (a tuple whose first item names it). At most
+        ``DERIVED_KEPT`` entries: past that the memo starts again."""
+        hit = self._derived.get(key)
+        if hit is None:
+            if len(self._derived) >= DERIVED_KEPT:
+                self._derived.clear()
+            hit = self._derived[key] = make()
+        return hit
 
     def ring_hops(self, clusters: tuple[str, ...]) -> tuple[tuple[str, str, int], ...]:
         """A ring over ``clusters`` (in order), hop by hop: (from, to, the most of the ring's hops

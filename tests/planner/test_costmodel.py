@@ -328,6 +328,35 @@ def test_a_plans_own_transfers_crowding_a_hop_share_it():
     assert matrix.p2p_crowded("a", "c", crowd) == matrix.p2p("a", "c")
 
 
+def test_a_chains_crowd_is_memoised_on_its_topology_for_every_network_state(monkeypatch):
+    """Which hops a chain's own transfers crowd, and which links its crowded sends read, follow the
+    routes alone: worked out once per topology (Topology.derived), whatever the load on a view; a
+    topology with other links (a WAN event's, made by dataclasses.replace) works them out afresh."""
+    from dataclasses import replace
+
+    from spiderflow.costmodel import work
+    from spiderflow.parallel.tpa import _crowded_links
+    from spiderflow.topology import parse_topology
+
+    made = []
+    real = work.chains_crowd
+    monkeypatch.setattr(work, "chains_crowd", lambda chains, topology: made.append(chains) or real(chains, topology))
+    topo = line_topology(bw=(4.0, 1.0), lat=(10.0, 10.0))
+    chain = (("a", "c", "b"),)
+    quiet, busy = TopologyView(topology=topo), TopologyView(topology=topo, link_load={("b", "c"): 3.0})
+    assert work.chains_crowd_of(chain, quiet) == work.chains_crowd_of(chain, busy) == ((("b", "c"), 2), (("c", "b"), 2))
+    assert made == [chain]  # the second view asked the topology's memo
+    # a -> c runs over a-b and b-c, which the chain crowds: both links' load is read, each view's own
+    assert _crowded_links(("a", "c", "b"), quiet) == ((("a", "b"), None, None), (("b", "c"), None, None))
+    assert _crowded_links(("a", "c", "b"), busy) == ((("a", "b"), None, None), (("b", "c"), None, 3.0))
+    triangle = parse_topology({"name": "tri", "clusters": [{"name": n, "gpu": "a100-80gb", "nodes": 1,
+                                                            "gpus_per_node": 8} for n in "abc"],
+                               "links": [{"a": x, "b": y, "bandwidth_gbps": 1.0, "latency_ms": 10.0}
+                                         for x, y in ("ab", "bc", "ac")]})
+    direct = TopologyView(topology=replace(topo, links=triangle.links))  # a -> c over its own link now
+    assert work.chains_crowd_of(chain, direct) == () and _crowded_links(("a", "c", "b"), direct) == ()
+
+
 def test_repricing_a_plan_gives_estimates_floats_on_every_view():
     """The simulator re-prices a running plan as its links' shares move (costmodel.repricer): the
     costs of stages that stay inside a cluster are kept from the first view, the rest priced again.
