@@ -53,6 +53,7 @@ from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import EmulatorError
 from spiderflow.placement import PLANNERS
+from spiderflow.plan import placement_text
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
 from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
@@ -226,8 +227,8 @@ def write_outputs(out: Path, results: dict[str, dict], meta: dict) -> str:
             w.writeheader()
             for row in r["jobs"]:
                 w.writerow({**{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()},
-                            "placement": " ".join(f"{c}:{g}" for c, g in row["placement"].items()),
-                            "simulated_placement": " ".join(f"{c}:{g}" for c, g in row["simulated_placement"].items())})
+                            "placement": placement_text(row["placement"].items()),
+                            "simulated_placement": placement_text(row["simulated_placement"].items())})
     doc = {"planners": results, **meta}
     (out / "summary.json").write_text(dumps(doc, indent=1) + "\n")
     table = headline(results)

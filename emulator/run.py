@@ -46,6 +46,7 @@ from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, 
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import DEFAULT_PLANNER, PLANNERS, PlacementRequest, run_planner
+from spiderflow.plan import placement_text
 from spiderflow.provenance import provenance
 from spiderflow.topology import Topology
 from spiderflow.traces import load_trace
@@ -342,7 +343,7 @@ def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str 
             d = j.as_json()
             spread = d["measured_spread_s"] or [None, None]
             w.writerow({**{k: d.get(k) for k in CSV_FIELDS if k in d},
-                        "placement": " ".join(f"{c}:{g}" for c, g in d["placement"].items()),
+                        "placement": placement_text(d["placement"].items()),
                         "measured_min_s": spread[0], "measured_max_s": spread[1], "reason": d.get("reason", "")})
     res = as_json(jobs, net, out, peak_ranks, wan_events, host_steal_pct)
     (out / "summary.md").write_text(
@@ -366,7 +367,7 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
              f"{'error':>7} {'shared':>7} {'error':>7} {'jct':>6} {'start-up':>8}  status"]
     for j in jobs:
         d = j.as_json()
-        place = " ".join(f"{c}:{g}" for c, g in d["placement"].items())
+        place = placement_text(d["placement"].items())
         spread = "-".join(_fmt(x) for x in d["measured_spread_s"]) if d["measured_spread_s"] else ""
         err = f"{j.error_pct:+.1f}%" if j.error_pct is not None else ""
         m, shared = j.measured_s, j.predicted_shared_s

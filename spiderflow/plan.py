@@ -16,9 +16,16 @@ Shape (Megatron-style, as DESIGN.md's vocabulary):
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from spiderflow.workload import Job
+
+
+def placement_text(gpus: Iterable[tuple[str, int]]) -> str:
+    """GPUs per cluster as records, reports and reasons write them: ``a:8 b:4`` (the ``placement``
+    column of the simulator's and the emulator's job CSVs)."""
+    return " ".join(f"{c}:{g}" for c, g in gpus)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -89,7 +89,7 @@ from spiderflow.costmodel import NO_CALIBRATION, Calibration, estimate, estimate
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.placement import PLANNERS, Placement, PlacementRequest
 from spiderflow.placement.base import Strategy, shared_view
-from spiderflow.plan import Plan
+from spiderflow.plan import Plan, placement_text
 from spiderflow.simulate.flows import plan_routes
 from spiderflow.topology import Topology
 from spiderflow.workload import Job
@@ -205,11 +205,6 @@ class _Reservation:
     at_s: float
     gpus: dict[str, int]
     topology: Topology | None = None
-
-
-def _where(gpus: Iterable[tuple[str, int]]) -> str:
-    """GPUs per cluster as a decision's reason gives them: ``a:8 b:4``."""
-    return " ".join(f"{c}:{g}" for c, g in gpus)
 
 
 def _state_key(free: dict[str, int], load: dict[tuple[str, str], float]) -> tuple:
@@ -445,7 +440,7 @@ class Scheduler:
                 if self._waits(rec, placement, moment, now):
                     return True
             else:
-                rec.admission = (f"started now on {_where(placement.segments)}: "
+                rec.admission = (f"started now on {placement_text(placement.segments)}: "
                                  "no running job to wait for")
         if self._reservations and self._delays_a_reservation(rec, placement, moment, now):
             return True
@@ -468,7 +463,7 @@ class Scheduler:
             return False
         self._reserve(rec, at, gpus, [r.job.job_id for r in self._moment(at).gone])
         rec.admission = (f"waits: wants {rec.job.gpus} GPUs, {sum(self.free.values())} free; reserves those of its "
-                         f"plan with the whole topology ({_where(gpus.items())}), expected free at {at:.6g} s")
+                         f"plan with the whole topology ({placement_text(gpus.items())}), expected free at {at:.6g} s")
         return True
 
     def _reserve(self, rec: JobRecord, at: float, gpus: dict[str, int], waits_for: list[str]) -> None:
@@ -552,7 +547,7 @@ class Scheduler:
         as its plan with the whole topology to itself starts at once: waiting cannot finish it
         sooner, so the look-ahead is skipped (on the 64-cluster synthetic trace, three decisions in
         four, each saving up to four planner calls)."""
-        where = _where(placement.segments)
+        where = placement_text(placement.segments)
         run_now = self._run_s(rec, placement, moment_now)
         finish_now = now + run_now
         alone = self._alone_run_s(rec)
@@ -603,7 +598,7 @@ class Scheduler:
             _, t, run_later, later, names = best
             finish = t + run_later
             rec.admission = (f"waits for {', '.join(names)} to end (expected at {t:.6g} s): finishes at "
-                             f"{finish:.6g} s on {_where(later.segments)} vs "
+                             f"{finish:.6g} s on {placement_text(later.segments)} vs "
                              f"{finish_now:.6g} s if started now on {where}"
                              + (f" (runs {run_later:.6g} s vs {run_now:.6g} s, {others} jobs queued)"
                                 if weight and finish >= finish_now else ""))

@@ -7,6 +7,7 @@ import math
 import statistics
 from pathlib import Path
 
+from spiderflow.plan import placement_text
 from spiderflow.scheduling import JobRecord
 
 SUMMARY_KEYS = ("jobs", "completed", "rejected", "avg_jct_s", "p50_jct_s", "p95_jct_s", "avg_queue_s",
@@ -148,7 +149,7 @@ def job_rows(records: list[JobRecord], *, changes: bool = False) -> list[dict]:
             "job_id": r.job.job_id, "model": r.job.model, "gpus": r.job.gpus, "arrival_s": r.arrival_s,
             "status": r.status, "start_s": r.start_s, "end_s": r.end_s, "jct_s": r.jct_s,
             "queue_s": r.queue_s, "overhead_s": r.overhead_s, "alone_iteration_s": getattr(r, "alone_iteration_s", None),
-            "placement": " ".join(f"{c}:{g}" for c, g in r.placement.items()), "reason": r.reason,
+            "placement": placement_text(r.placement.items()), "reason": r.reason,
             "admission": r.admission, **extra,
         })
     return rows
