@@ -31,8 +31,9 @@ def test_calibrate_fits_the_configured_bandwidth(tmp_path, state_dir, assert_no_
     assert wan is not None
     stolen = json.loads((out / "config.json").read_text())["host_steal_pct"]
     assert rate_ok(1000.0, wan.beta_gbps * 1000, stolen, wan), wan  # within 10% of the configured 1 Gbit/s
-    # one-way 10 ms, within the shared delay tolerance (or a little over while the host stole the CPU): with open TCP windows the fitted intercept may sit a
-    # little under the delay (htb lets the first burst through at veth speed)
+    # one-way 10 ms, within the shared delay tolerance (or a little over while the host stole the CPU): with
+    # open TCP windows the fitted intercept may sit a little under the delay (htb lets the first burst through
+    # at veth speed)
     assert delay_ok_under_steal(10.0, wan.alpha_s * 1e3, stolen, wan), wan
     assert set(cal.intra) == {"east", "west"}
     ring = cal.ring(["west", "east"])  # the two-cluster ring all-reduce: both directions loaded at once

@@ -301,8 +301,8 @@ def test_run_over_two_servers_sharing_no_files(private_server, state_dir, assert
     assert len(links) == 2 and all(link["cross_server"] for link in links)
     for link in links:
         assert rate_ok(link["configured_mbps"], link["measured_mbps"], link["host_steal_pct"], link), link
-        assert delay_ok_under_steal(link["configured_delay_ms"], link["measured_delay_ms"], link["host_steal_pct"], link), \
-            link
+        assert delay_ok_under_steal(link["configured_delay_ms"], link["measured_delay_ms"], link["host_steal_pct"],
+                                    link), link
     # the far side, asked there: its state directory holds at most the (free) lock, no scratch directory
     # and no process carrying a marker for it are left
     left = _there(srv, f"ls -A {state_dir}/remote-{NAME}; ls -d {tempfile.gettempdir()}/{RUN_DIR_PREFIX}* "
