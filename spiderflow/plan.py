@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spiderflow.workload import Job
 
@@ -71,6 +71,31 @@ class Plan:
         for name in ("dp", "micro_batch_size", "micro_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+
+    def __hash__(self) -> int:
+        # the fields' hash, as the dataclass's own, made once: the cost model's memos key on plans, and
+        # a plan's hash is a Python call per stage and one for its job (1% of a 10,000-job replay)
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.job, self.replicas, self.dp, self.micro_batch_size, self.micro_batches,
+                      self.recompute, self.zero1))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}  # string hashes differ per process
+
+    def for_job(self, job: Job) -> Plan:
+        """``dataclasses.replace(self, job=job)`` for a job of as many layers (a memoised plan handed to
+        another job of the same shape), without checking the stages again: of the job, only its
+        layers take part in those checks."""
+        if job.spec.layers != self.job.spec.layers:
+            return replace(self, job=job)  # (checks, and says what does not fit)
+        out = object.__new__(Plan)
+        out.__dict__.update(self.__dict__)
+        out.__dict__["job"] = job
+        out.__dict__.pop("_hash", None)
+        return out
 
     @property
     def stages(self) -> tuple[Stage, ...]:

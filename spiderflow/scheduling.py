@@ -125,10 +125,13 @@ class SchedulerConfig:
             raise ValueError(f"unknown planner {self.planner!r}; known: {', '.join(PLANNERS)}")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class JobRecord:
     """One job of a replay. ``arrival_s`` is the replay's clock (the trace's, or the emulator's
-    compressed one); ``start_s``/``end_s`` are set by the driver that runs the job."""
+    compressed one); ``start_s``/``end_s`` are set by the driver that runs the job. A record is
+    itself alone (``eq=False``: compared and hashed by identity): queues and the running list
+    remove a record by it, where field-by-field equality cost a Python call per record passed
+    (0.7% of a 10,000-job replay at load 0.9)."""
 
     job: Job
     arrival_s: float
@@ -644,7 +647,7 @@ class Scheduler:
         """``placement`` with ``job`` in its plan (a memoised answer carries the job first asked about)."""
         if placement.plan.job is job:
             return placement
-        return dataclasses.replace(placement, plan=dataclasses.replace(placement.plan, job=job))
+        return dataclasses.replace(placement, plan=placement.plan.for_job(job))
 
     def _commit(self, rec: JobRecord, placement: Placement, need: dict[str, int]) -> None:
         plan = self._own(placement, rec.job).plan

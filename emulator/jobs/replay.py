@@ -210,7 +210,7 @@ class Rank:
         return Path(self.spec.out).exists()
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class JobRun(JobRecord):
     """A job's record (``arrival_s`` compressed, since the network came up; ends ok | failed |
     interrupted, or is rejected by the scheduler) plus its ranks and measurements."""

@@ -18,7 +18,7 @@ per-message overhead, and beta the bottleneck bandwidth.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 from spiderflow.costmodel.calibration import NO_CALIBRATION, Calibration
@@ -34,6 +34,19 @@ class Channel:
 
     def time(self, nbytes: float) -> float:
         return self.alpha_s + nbytes / self.bytes_per_s
+
+
+class Figures(tuple):
+    """:meth:`TopologyView.figures`' tuple, which hashes its items once: TPA's memo key and
+    SpinSearch's memoised orders hash it on every look-up, and a set of 20 clusters holds 380
+    pairs. Equal to, and hashed as, the plain tuple of the same items."""
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            h = self._hash = tuple.__hash__(self)
+            return h
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,8 +96,8 @@ class TopologyView:
         hit = self._memo.get(key)
         if hit is None:
             memo, p2p = self._memo, self.p2p  # (a hit in p2p's memo costs no call)
-            hit = self._memo[key] = tuple((ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
-                                          for ch in (memo.get(("p2p", a, b)) or p2p(a, b),))
+            hit = self._memo[key] = Figures((ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
+                                            for ch in (memo.get(("p2p", a, b)) or p2p(a, b),))
         return hit
 
     def p2p_crowded(self, a: str, b: str, crowd: tuple[tuple[tuple[str, str], int], ...]) -> Channel:
@@ -182,19 +195,12 @@ class Crowded:
             chan = self._known[a, b] = self._price(view, a, b)
         return chan
 
-    def reads(self, view: TopologyView, a: str, b: str) -> tuple[tuple[str, str], ...]:
-        """The links whose own load and rate :meth:`get` reads for ``a -> b`` beyond
-        ``view.p2p(a, b)``'s figures: every link of a route that crosses a crowded hop, none else."""
-        path = self._crowded_route(view, a, b)
-        return () if path is None else tuple(l.key for l in path.links)
-
     def _crowded_route(self, view: TopologyView, a: str, b: str):
         """The route ``a -> b`` when it crosses a hop more than one transfer of the crowd crosses
         (priced link by link), else None (priced as ``view.p2p``)."""
         if a == b or not view.shares_links or not self._counts:
             return None
-        path = view.topology.path(a, b)
-        return None if self._counts.keys().isdisjoint(path.hop_pairs) else path
+        return crowded_route(view.topology, self._counts.keys(), a, b)
 
     def _price(self, view: TopologyView, a: str, b: str) -> Channel:
         base = view.p2p(a, b)
@@ -205,6 +211,14 @@ class Crowded:
         gbps = [view._share(l.key, l.bandwidth_gbps) * l.bandwidth_gbps for l in path.links]
         crowded = min(g / max(1, counts.get(h, 1)) for g, h in zip(gbps, path.hop_pairs))
         return Channel(base.alpha_s, base.bytes_per_s * crowded / min(gbps))
+
+
+def crowded_route(topology: Topology, hops: Set[tuple[str, str]], a: str, b: str):
+    """The route ``a -> b`` (``a != b``) when it crosses one of the crowded directed ``hops``, else
+    None: such a send is priced link by link (:meth:`Crowded.get`), so every link of that route is
+    read, with its own load and rate; any other is priced as ``p2p``, on the pair's figures."""
+    path = topology.path(a, b)
+    return None if hops.isdisjoint(path.hop_pairs) else path
 
 
 def MatrixView(topology: Topology, calibration: Calibration = NO_CALIBRATION) -> TopologyView:

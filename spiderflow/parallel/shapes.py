@@ -57,17 +57,20 @@ def powers_of_two(limit: int) -> list[int]:
     return out
 
 
-def segment_options(gpus: int, dp: int, gpus_per_node: int, spec: ModelSpec) -> list[tuple[int, int]]:
+def segment_options(gpus: int, dp: int, gpus_per_node: int, spec: ModelSpec) -> tuple[tuple[int, int], ...]:
     """(tp, pp) pairs with tp * pp * dp == gpus."""
     return _options(gpus, dp, gpus_per_node, spec.heads, spec.layers)
 
 
-def _options(gpus: int, dp: int, gpus_per_node: int, heads: int, layers: int) -> list[tuple[int, int]]:
+@lru_cache(maxsize=4096)
+def _options(gpus: int, dp: int, gpus_per_node: int, heads: int, layers: int) -> tuple[tuple[int, int], ...]:
+    # (memoised: a few hundred distinct arguments in a 10,000-job replay, asked per segment and dp of
+    # every chain enumerated)
     if gpus % dp:
-        return []
+        return ()
     per_dp = gpus // dp
-    return [(tp, per_dp // tp) for tp in powers_of_two(min(gpus_per_node, per_dp))
-            if per_dp % tp == 0 and heads % tp == 0 and per_dp // tp <= layers]
+    return tuple((tp, per_dp // tp) for tp in powers_of_two(min(gpus_per_node, per_dp))
+                 if per_dp % tp == 0 and heads % tp == 0 and per_dp // tp <= layers)
 
 
 def replica_groupings(k: int) -> Iterator[tuple[tuple[int, ...], ...]]:

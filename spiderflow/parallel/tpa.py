@@ -38,7 +38,7 @@ from dataclasses import replace
 from spiderflow.costmodel import (TopologyView, estimate, fits_memory, known_estimate, known_prediction,
                                   note_estimate, note_prediction, predict, schedule_bounds)
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.costmodel.network import Crowded
+from spiderflow.costmodel.network import Crowded, crowded_route
 from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.parallel.bounds import MemoryFit, QuickBound, ShapeBound, shape_channels, split_floors
 from spiderflow.parallel.intra_ilp import IntraProblem, solve_intra
@@ -153,19 +153,21 @@ def _links_read(names: tuple[str, ...], view: TopologyView) -> tuple[tuple[str, 
     """The links (sorted) whose load a plan on the chain ``names`` reads beyond the pairs' figures, on a
     view that shares links: the replicas of every split of the chain into equal runs are the chains
     TPA's shapes, floors and estimates crowd (:func:`~spiderflow.parallel.bounds.shape_channels`),
-    and :meth:`~spiderflow.costmodel.network.Crowded.reads` says which links each send's price reads.
-    Both follow the topology's routes alone, never a link's load: memoised on the topology, for
-    every network state on it."""
+    and :func:`~spiderflow.costmodel.network.crowded_route` says which sends' prices read their
+    routes' links. Both follow the topology's routes alone, never a link's load: memoised on the
+    topology, for every network state on it."""
     def make() -> tuple[tuple[str, str], ...]:
-        links: set[tuple[str, str]] = set()
+        topology, links = view.topology, set()
         for runs in replica_runs(names):
-            crowd = chains_crowd_of(runs, view)
-            if not crowd:
+            hops = {hop for hop, _ in chains_crowd_of(runs, view)}
+            if not hops:
                 continue
-            channels = Crowded(crowd)
             for run in runs:
                 for a, b in zip(run, run[1:]):
-                    links.update(channels.reads(view, a, b), channels.reads(view, b, a))
+                    if a != b:
+                        for path in (crowded_route(topology, hops, a, b), crowded_route(topology, hops, b, a)):
+                            if path is not None:
+                                links.update(link.key for link in path.links)
         return tuple(sorted(links))
 
     return view.topology.derived(("links read", names), make)
@@ -195,7 +197,7 @@ def plan_placement(job: Job, segments: Sequence[tuple[str, int]], view: Topology
         _MEMO.move_to_end(key)
         if isinstance(hit, InfeasiblePlan):
             raise InfeasiblePlan(str(hit).replace(hit.job_id, job.job_id, 1)) from None
-        plan = replace(hit[0], job=job)
+        plan = hit[0].for_job(job)
         if hit[1] is not None:
             note_estimate(plan, view, hit[1])
         return plan
@@ -237,7 +239,7 @@ def finalize_memo(job: Job, segments: Sequence[tuple[str, int]], plan: Plan, vie
     hit = _MEMO.get(key)
     if hit is not None:
         _MEMO.move_to_end(key)
-        final = replace(hit[0], job=job)
+        final = hit[0].for_job(job)
         if hit[1] is not None:
             note_prediction(final, view, hit[1])
         return final

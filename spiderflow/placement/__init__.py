@@ -45,8 +45,8 @@ def clear_memos() -> None:
 
     tpa.clear_memo()
     base._VIEWS.clear()
-    for cached in (intra_ilp.solve_intra, shapes._shapes, spinsearch._best_order, spinsearch._greedy_walks,
-                   schedule._order):
+    for cached in (intra_ilp.solve_intra, shapes._shapes, shapes._options, spinsearch._best_order,
+                   spinsearch._greedy_walks, schedule._order):
         cached.cache_clear()
 
 

@@ -56,7 +56,7 @@ from spiderflow.workload import Job
 ARRIVAL, COMPLETION, CHANGE = 0, 1, 2  # event priorities at one instant: a change applies last
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class SimRecord(JobRecord):
     """A job's record plus the simulator's progress state."""
 

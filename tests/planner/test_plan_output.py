@@ -134,3 +134,32 @@ def test_cdf_title_states_the_jobs_replayed():
 
     assert cdf_title(150, "traces/synthetic-1000.csv", "geo64", 0) == \
         "JCT CDF: 150 jobs of synthetic-1000.csv replayed on geo64 (seed 0)"
+
+
+def test_a_plan_handed_to_another_job_is_the_plan_replace_makes_and_hashes_as_one():
+    """Plan.for_job (memoised plans handed to a job of the same shape) gives what
+    ``dataclasses.replace(plan, job=job)`` gives, hashed and pickled alike, though it skips the checks;
+    a job of other layers goes through them. The cached hash is the dataclass fields' hash."""
+    import dataclasses
+    import pickle
+
+    from spiderflow.plan import Plan, Stage
+
+    first = Job(job_id="a", arrival_s=0.0, model="gpt3-1.3b", gpus=2, iterations=5, global_batch=8, seq_len=2048)
+    layers = first.spec.layers
+    plan = Plan(job=first, replicas=((Stage(cluster="x", layer_start=0, layer_end=layers // 2),
+                                      Stage(cluster="y", layer_start=layers // 2, layer_end=layers)),),
+                dp=1, micro_batch_size=1, micro_batches=8)
+    fields = (plan.job, plan.replicas, plan.dp, plan.micro_batch_size, plan.micro_batches, plan.recompute,
+              plan.zero1)
+    assert hash(plan) == hash(fields) == hash(plan)  # (the second from the cache)
+    other = dataclasses.replace(first, job_id="b", arrival_s=3.0)
+    moved = plan.for_job(other)
+    assert moved == dataclasses.replace(plan, job=other) and moved.job is other and moved != plan
+    assert hash(moved) == hash(dataclasses.replace(plan, job=other)) != hash(plan)
+    again = pickle.loads(pickle.dumps(moved))
+    assert again == moved and hash(again) == hash(moved) and "_hash" not in pickle.dumps(moved).decode("latin-1")
+    bigger = Job(job_id="c", arrival_s=0.0, model="llama2-13b", gpus=2, iterations=5, global_batch=8, seq_len=2048)
+    assert bigger.spec.layers != layers
+    with pytest.raises(ValueError, match="stages must cover layers"):
+        plan.for_job(bigger)
