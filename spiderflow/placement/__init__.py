@@ -46,7 +46,7 @@ def clear_memos() -> None:
     tpa.clear_memo()
     base._VIEWS.clear()
     for cached in (intra_ilp.solve_intra, shapes._shapes, shapes._options, spinsearch._best_order,
-                   spinsearch._greedy_walks, schedule._order):
+                   spinsearch._greedy_walks, spinsearch._uncrowded_ranking, schedule._order):
         cached.cache_clear()
 
 

@@ -338,17 +338,8 @@ def _crowded_order(names: list[str], view: TopologyView) -> tuple[str, ...] | No
     if len(names) <= 2 or not view.shares_links:
         return None
     names_t = tuple(sorted(names))
-    figures = view.figures(names_t)
-    link = _links(names_t, figures)
-    key = _chain_key(link)
-    chains = _candidate_orders(names_t, figures)
-    if len(names_t) > EXHAUSTIVE_ORDER:
-        climbed = _climb(max(chains, key=key), key, link)
-        if climbed not in chains:
-            chains.append(climbed)
-    ranked = sorted(((key(c), c) for c in chains), key=lambda kc: kc[0], reverse=True)[:CROWDED_ORDERS]
     best, best_key = None, None
-    for (thinnest, latency), chain in ranked:
+    for (thinnest, latency), chain in _uncrowded_ranking(names_t, view.figures(names_t)):
         if best_key is not None and thinnest < best_key[0]:
             break
         crowd = chains_crowd_of((chain,), view)
@@ -356,6 +347,22 @@ def _crowded_order(names: list[str], view: TopologyView) -> tuple[str, ...] | No
         if best_key is None or k > best_key:
             best, best_key = chain, k
     return best
+
+
+@lru_cache(maxsize=20_000)
+def _uncrowded_ranking(names: tuple[str, ...], figures: tuple[tuple[float, float], ...]) -> tuple:
+    """:func:`_crowded_order`'s candidates for ``names`` (sorted), as ``((thinnest, -latency), chain)``,
+    the ``CROWDED_ORDERS`` best on the pairs' :meth:`~TopologyView.figures` without crowding, best
+    first: a function of the figures alone, memoised (admission asks the same winning sets again on
+    the same figures)."""
+    link = _links(names, figures)
+    key = _chain_key(link)
+    chains = _candidate_orders(names, figures)
+    if len(names) > EXHAUSTIVE_ORDER:
+        climbed = _climb(max(chains, key=key), key, link)
+        if climbed not in chains:
+            chains.append(climbed)
+    return tuple(sorted(((key(c), c) for c in chains), key=lambda kc: kc[0], reverse=True)[:CROWDED_ORDERS])
 
 
 def _climb(chain: tuple[str, ...], key, link: dict) -> tuple[str, ...]:
