@@ -107,7 +107,8 @@ def _enumerate(segments: tuple[tuple[str, int], ...], nodes: tuple[int, ...], he
                layers: int) -> Iterator[Shape]:
     k = len(segments)
     gcd_pow = min(g & -g for _, g in segments)  # largest power of two dividing every count
-    groupings = tuple(replica_groupings(k))
+    # replica_groupings(k)'s splits, as the size of their equal consecutive groups (slices of the segments)
+    sizes = [k // r for r in range(1, k + 1) if k % r == 0]
     for dp in powers_of_two(gcd_pow):
         options = [_options(g, dp, node, heads, layers) for (_, g), node in zip(segments, nodes)]
         if any(not o for o in options):
@@ -120,7 +121,7 @@ def _enumerate(segments: tuple[tuple[str, int], ...], nodes: tuple[int, ...], he
         for combo in combos:
             segs = [(c, tp, pp) for (c, _), (tp, pp) in zip(segments, combo)]
             before = list(itertools.accumulate((pp for _, pp in combo), initial=0))  # stages before segment j
-            for groups in groupings:  # every replica the same depth, at most a stage per layer
-                depth = before[len(groups[0])]
-                if depth <= layers and all(before[g[-1] + 1] - before[g[0]] == depth for g in groups[1:]):
-                    yield Shape(replicas=tuple(tuple(segs[j] for j in grp) for grp in groups), dp=dp)
+            for size in sizes:  # every replica the same depth, at most a stage per layer
+                depth = before[size]
+                if depth <= layers and all(before[i + size] - before[i] == depth for i in range(size, k, size)):
+                    yield Shape(replicas=tuple(tuple(segs[i:i + size]) for i in range(0, k, size)), dp=dp)
