@@ -95,9 +95,20 @@ class TopologyView:
         key = ("figures", names)
         hit = self._memo.get(key)
         if hit is None:
-            memo, p2p = self._memo, self.p2p  # (a hit in p2p's memo costs no call)
-            hit = self._memo[key] = Figures((ch.bytes_per_s, -ch.alpha_s) for a in names for b in names if a != b
-                                            for ch in (memo.get(("p2p", a, b)) or p2p(a, b),))
+            memo, out = self._memo, []
+            for a in names:
+                # per cluster, its pairs' figures by the other's name (a look-up by name, not by a new tuple)
+                row = memo.get(("figures from", a))
+                if row is None:
+                    row = memo["figures from", a] = {}
+                for b in names:
+                    if b != a:
+                        fig = row.get(b)
+                        if fig is None:
+                            ch = self.p2p(a, b)
+                            fig = row[b] = (ch.bytes_per_s, -ch.alpha_s)
+                        out.append(fig)
+            hit = self._memo[key] = Figures(out)
         return hit
 
     def p2p_crowded(self, a: str, b: str, crowd: tuple[tuple[tuple[str, str], int], ...]) -> Channel:
