@@ -442,8 +442,8 @@ def split_floors(job: Job, segments: Sequence[tuple[str, int]], view: TopologyVi
                 ring = view.ring(tuple(names))
                 wan = 2 * (k - 1) / k * spec.params * GRAD_BYTES_PER_PARAM / ring.bytes_per_s
         else:
-            crowd = chains_crowd_of(runs, view)
-            wan = max(job.global_batch / r * group / view.p2p_crowded(a, b, crowd).bytes_per_s
+            channels = view.crowded(chains_crowd_of(runs, view))  # (view.p2p_crowded, the crowd looked up once)
+            wan = max(job.global_batch / r * group / channels.get(view, a, b).bytes_per_s
                       for run in runs for a, b in zip(run, run[1:]))
         floors[r] = max(compute, wan) * (1 - 2 * SAFETY)
     return floors

@@ -342,8 +342,8 @@ def _crowded_order(names: list[str], view: TopologyView) -> tuple[str, ...] | No
     for (thinnest, latency), chain in _uncrowded_ranking(names_t, view.figures(names_t)):
         if best_key is not None and thinnest < best_key[0]:
             break
-        crowd = chains_crowd_of((chain,), view)
-        k = (min(view.p2p_crowded(a, b, crowd).bytes_per_s for a, b in zip(chain, chain[1:])), latency)
+        channels = view.crowded(chains_crowd_of((chain,), view))  # (view.p2p_crowded, the crowd looked up once)
+        k = (min(channels.get(view, a, b).bytes_per_s for a, b in zip(chain, chain[1:])), latency)
         if best_key is None or k > best_key:
             best, best_key = chain, k
     return best
