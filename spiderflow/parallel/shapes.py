@@ -107,8 +107,7 @@ def _enumerate(segments: tuple[tuple[str, int], ...], nodes: tuple[int, ...], he
                layers: int) -> Iterator[Shape]:
     k = len(segments)
     gcd_pow = min(g & -g for _, g in segments)  # largest power of two dividing every count
-    # replica_groupings(k)'s splits, as the size of their equal consecutive groups (slices of the segments)
-    sizes = [k // r for r in range(1, k + 1) if k % r == 0]
+    sizes = [len(groups[0]) for groups in replica_groupings(k)]  # each split's group size: slices of the segments
     for dp in powers_of_two(gcd_pow):
         options = [_options(g, dp, node, heads, layers) for (_, g), node in zip(segments, nodes)]
         if any(not o for o in options):
