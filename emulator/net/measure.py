@@ -69,6 +69,7 @@ class Result:
     measured_delay_ms: float
     remeasured: bool = False  # out of tolerance in its concurrent round, measured again alone
     host_steal_pct: float = 0.0  # CPU the host stole from this machine while its rate was measured
+    delay_steal_pct: float = 0.0  # ... while its delay was probed (the last probe of its pair)
 
     def as_json(self) -> dict:
         t = self.target
@@ -76,7 +77,8 @@ class Result:
                 "configured_mbps": round(t.configured_mbps, 3), "measured_mbps": round(self.measured_mbps, 3),
                 "configured_delay_ms": round(t.configured_delay_ms, 3),
                 "measured_delay_ms": round(self.measured_delay_ms, 3), "mechanism": t.mechanism,
-                "remeasured": self.remeasured, "host_steal_pct": round(self.host_steal_pct, 2)}
+                "remeasured": self.remeasured, "host_steal_pct": round(self.host_steal_pct, 2),
+                "delay_steal_pct": round(self.delay_steal_pct, 2)}
 
 
 def targets(emu) -> list[Target]:
@@ -296,10 +298,15 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
     probe_pairs = wan[0::2] + intra[0::2]
     progress(f"delay: probing {len(probe_pairs)} host pairs, both directions")
     delay_of: dict[tuple[str, str], float] = {}
+    delay_stolen_of: dict[tuple[str, str], float] = {}
 
     def probe(pairs: list[Target]) -> None:
-        for (src, dst), (fwd, rev) in measure_delays(emu, pairs).items():
+        meter = StealMeter()
+        delays = measure_delays(emu, pairs)
+        stolen = meter.share()
+        for (src, dst), (fwd, rev) in delays.items():
             delay_of[(src, dst)], delay_of[(dst, src)] = fwd, rev
+            delay_stolen_of[(src, dst)] = delay_stolen_of[(dst, src)] = stolen
 
     probe(probe_pairs)
     rate_of: dict[tuple[str, str], float] = {}
@@ -329,7 +336,8 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
     def result(t: Target, remeasured: bool = False) -> Result:
         return Result(target=t, measured_mbps=rate_of[(t.src, t.dst)],
                       measured_delay_ms=delay_of[(t.src, t.dst)], remeasured=remeasured,
-                      host_steal_pct=100 * stolen_of[(t.src, t.dst)])
+                      host_steal_pct=100 * stolen_of[(t.src, t.dst)],
+                      delay_steal_pct=100 * delay_stolen_of[(t.src, t.dst)])
 
     results = [result(t) for t in todo]
     if not retry:

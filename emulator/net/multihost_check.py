@@ -21,15 +21,15 @@ from dataclasses import dataclass
 
 from emulator.jobs.dilation import Choice
 from emulator.net.capability import require_root
-from emulator.net.check import (CHECK_AUTO, format_steps, format_table, network_config, problems_of, real_equivalent,
-                                step_link_of)
+from emulator.net.check import (CHECK_AUTO, exit_code, format_steps, format_table, link_json, network_config, overall,
+                                real_equivalent, step_link_of)
 from emulator.net.measure import Result, Target, measure_all, measure_delays
 from emulator.net.multihost import ClusterEmulation, check_assignment, crossing_links
 from emulator.net.remote import ServerHost
 from emulator.net.servers import ServerSet, assign_clusters
 from emulator.net.state import ProcRecord, proc_starttime
 from emulator.net.step import step_test
-from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS
+from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, OK
 from spiderflow.cliutil import dumps
 from spiderflow.errors import ConfigError
 from spiderflow.topology import Topology
@@ -173,7 +173,7 @@ def main_multihost(args: argparse.Namespace, topo: Topology, pins: dict[str, str
                    for r in measure_all(emu, wan_seconds=args.seconds * k, wan_omit_s=2.0 * k, progress=progress)]
         steps = step_test(emu, link=step_link, progress=progress) if args.step is not None else []
         overhead = [] if args.no_overhead else measure_overhead(emu, servers.remote[0], log=progress)
-    ok = all(not problems_of(r) for r in results) and all(st.ok for st in steps)
+    verdict = overall(results, steps)
     summary = summarize(results, assignment)
     progress(f"done in {time.monotonic() - t0:.0f} s")
     fastest = max((emu.plan.port(a, b).shape.wire_mbps for a, b in crossing_links(topo, assignment)), default=0.0)
@@ -187,16 +187,17 @@ def main_multihost(args: argparse.Namespace, topo: Topology, pins: dict[str, str
                      "tolerance": {"bandwidth_rel": BANDWIDTH_REL, "delay_abs_ms": DELAY_ABS_MS},
                      "targets": {"bandwidth_min_fraction": TARGET_BANDWIDTH_FRACTION,
                                  "delay_abs_ms": TARGET_DELAY_ABS_MS},
-                     "links": [dict(r.as_json(), cross_server=crosses(r, assignment)) for r in results],
+                     "links": [dict(link_json(r), cross_server=crosses(r, assignment)) for r in results],
                      **({"steps": [st.as_json() for st in steps]} if args.step is not None else {}),
                      "summary": summary, "overhead": [o.as_json() for o in overhead],
-                     "fastest_tunnelled_wire_mbps": round(fastest, 1), "ok": ok}, indent=1))
+                     "fastest_tunnelled_wire_mbps": round(fastest, 1), "verdict": verdict,
+                     "ok": verdict == OK}, indent=1))
     else:
-        print(format_table(topo.source, config, mechanism, results, ok))
+        print(format_table(topo.source, config, mechanism, results, verdict))
         if steps:
             print(format_steps(steps))
         print(format_servers(servers, assignment, offsets, results, summary, overhead, fastest, k))
-    return 0 if ok else 1
+    return exit_code(verdict)
 
 
 def format_servers(servers: ServerSet, assignment: dict[str, str], offsets: dict, results: list[Result],

@@ -9,11 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from emulator.net.check import format_table
+from emulator.net.check import EXIT_NO_VERDICT, exit_code, format_table, link_json, overall
 from spiderflow.errors import EmulatorError
 from emulator.net.measure import Result, receiver_goodput_mbps, targets
 from emulator.net.layout import NetConfig, build_plan
-from emulator.net.tolerance import bandwidth_ok, delay_ok, problems
+from emulator.net.tolerance import (FAIL, NO_VERDICT, OK, assess, bandwidth_ok, delay_ok, delay_verdict, problems,
+                                    rate_verdict)
 from spiderflow.topology import load_topology
 
 from .conftest import delay_ok_under_steal, rate_ok
@@ -33,20 +34,40 @@ def test_tolerance_boundaries():
     assert len(problems(100, 50, 10, 20)) == 2
 
 
-def test_the_root_tests_take_a_low_rate_as_no_verdict_only_while_the_host_stole_the_cpu():
+def test_a_low_rate_is_no_verdict_only_while_the_host_stole_the_cpu():
+    assert rate_verdict(100, 95, 0.0) == OK and rate_verdict(100, 85, 1.9) == FAIL
+    assert rate_verdict(100, 85, 12.0) == NO_VERDICT and rate_verdict(100, 50, 12.0) == NO_VERDICT
+    # over the rate, or far under it, is the link's fault whatever the host did
+    assert rate_verdict(100, 115, 12.0) == FAIL and rate_verdict(100, 45, 30.0) == FAIL
+    # the root tests take the same rule, and warn where it gave no verdict
     assert rate_ok(100, 95, 0.0, "quiet") and not rate_ok(100, 85, 1.9, "quiet")
     with pytest.warns(UserWarning, match="stole 12% of the CPU: no verdict"):
         assert rate_ok(100, 85, 12.0, "stolen")
-    # over the rate, or far under it, is the link's fault whatever the host did
-    assert not rate_ok(100, 115, 12.0, "over") and not rate_ok(100, 45, 30.0, "far under")
+    assert not rate_ok(100, 115, 12.0, "over")
 
 
-def test_the_root_tests_take_a_high_delay_as_no_verdict_only_while_the_host_stole_the_cpu():
+def test_a_high_delay_is_no_verdict_only_while_the_host_stole_the_cpu():
+    assert delay_verdict(10, 11.9, 0.0) == OK and delay_verdict(10, 12.4, 1.9) == FAIL
+    assert delay_verdict(10, 12.39, 19.4) == NO_VERDICT and delay_verdict(10, 14.0, 19.4) == NO_VERDICT
+    # under the delay, or over it by more than twice the tolerance, is the link's fault whatever the host did
+    assert delay_verdict(10, 7.9, 19.4) == FAIL and delay_verdict(10, 14.1, 30.0) == FAIL
     assert delay_ok_under_steal(10, 11.9, 0.0, "quiet") and not delay_ok_under_steal(10, 12.4, 1.9, "quiet")
     with pytest.warns(UserWarning, match="stole 19% of the CPU: no verdict on its delay"):
         assert delay_ok_under_steal(10, 12.39, 19.4, "stolen")
-    # under the delay, or over it by more than twice the tolerance, is the link's fault whatever the host did
-    assert not delay_ok_under_steal(10, 7.9, 19.4, "under") and not delay_ok_under_steal(10, 14.1, 30.0, "far over")
+    assert not delay_ok_under_steal(10, 7.9, 19.4, "under")
+
+
+def test_a_link_takes_the_worse_verdict_of_its_rate_and_its_delay_each_with_its_own_steal():
+    assert assess(100, 100, 10, 10) == assess(100, 100, 10, 10, rate_steal_pct=50, delay_steal_pct=50)
+    assert assess(100, 100, 10, 10).verdict == OK and assess(100, 100, 10, 10).reasons == ()
+    low = assess(100, 80, 10, 10, rate_steal_pct=9.0)
+    assert low.verdict == NO_VERDICT and low.reasons == ("bandwidth 80.0 Mbit/s is not within 10% of 100.0 "
+                                                         "(the host stole 9% of the CPU)",)
+    # the steal while its rate was measured says nothing of its delay, probed at another time
+    assert assess(100, 100, 10, 13, rate_steal_pct=9.0).verdict == FAIL
+    assert assess(100, 100, 10, 13, delay_steal_pct=9.0).verdict == NO_VERDICT
+    assert assess(100, 80, 10, 7, rate_steal_pct=9.0, delay_steal_pct=9.0).verdict == FAIL
+    assert problems(100, 80, 10, 10) == ["bandwidth 80.0 Mbit/s is not within 10% of 100.0"]
 
 
 def test_targets_cover_both_directions_of_every_link_and_one_pair_per_cluster():
@@ -88,7 +109,7 @@ def test_table_states_scale_mechanism_and_verdicts():
                for t in ts]
     results[0] = Result(target=ts[0], measured_mbps=ts[0].configured_mbps * 0.5, measured_delay_ms=33.6,
                         remeasured=True)
-    text = format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, ok=False)
+    text = format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, FAIL)
     assert "scale 10: wire bandwidth = topology bandwidth / 10" in text
     assert "delay by nfqueue" in text and "NOT all within tolerance" in text
     assert text.count("FAIL") == 1 and "oregon -> virginia" in text and "(re-measured alone)" in text
@@ -162,13 +183,31 @@ def test_table_says_when_the_host_stole_cpu_during_a_measurement():
     ts = targets(emu)
     results = [Result(target=t, measured_mbps=t.configured_mbps, measured_delay_ms=t.configured_delay_ms)
                for t in ts]
-    assert "stole" not in format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, ok=True)
+    assert overall(results, []) == OK and exit_code(OK) == 0
+    assert overall(results, [SimpleNamespace(ok=False)]) == FAIL  # a step that failed fails the check
+    assert "stole" not in format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, OK)
+    results[2] = Result(target=ts[2], measured_mbps=ts[2].configured_mbps * 0.95,
+                        measured_delay_ms=ts[2].configured_delay_ms, host_steal_pct=3.2)
     results[1] = Result(target=ts[1], measured_mbps=ts[1].configured_mbps * 0.85,
                         measured_delay_ms=ts[1].configured_delay_ms, remeasured=True, host_steal_pct=9.4)
-    text = format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, ok=False)
-    assert "(re-measured alone; host stole 9% of the CPU)" in text
+    # read low while the host stole the CPU: no verdict, and the check says so in its exit status
+    verdict = overall(results, [])
+    assert verdict == NO_VERDICT and exit_code(verdict) == EXIT_NO_VERDICT == 3
+    text = format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, verdict)
+    assert "(the host stole 9% of the CPU) (re-measured alone)" in text and "no verdict: bandwidth" in text
+    assert "ok (host stole 3% of the CPU)" in text and "FAIL" not in text
+    assert "no verdict: none out of tolerance" in text and "1 read as a host stealing the CPU" in text
     assert "stole up to 9% of this machine's CPU while measuring" in text
     assert results[1].as_json()["host_steal_pct"] == 9.4
+    assert link_json(results[1])["verdict"] == NO_VERDICT and link_json(results[0])["problems"] == []
+    # a failed measurement decides, whatever the others gave
+    results[0] = Result(target=ts[0], measured_mbps=ts[0].configured_mbps * 1.2,
+                        measured_delay_ms=ts[0].configured_delay_ms, host_steal_pct=9.4)
+    verdict = overall(results, [])
+    assert verdict == FAIL and exit_code(verdict) == 1
+    text = format_table("topologies/default.yaml", emu.plan.config, "nfqueue", results, verdict)
+    assert "NOT all within tolerance" in text and "; 1 gave no verdict" in text
+    assert text.count("FAIL: bandwidth") == 1 and "(host stole 9% of the CPU)" in text
 
 
 def test_steal_log_answers_for_any_window_its_samples_cover(tmp_path):
