@@ -197,6 +197,28 @@ def make_output_dir(path: str | Path, flag: str = "--out") -> Path:
     return out
 
 
+@contextlib.contextmanager
+def output_dir_for(path: str | Path | None, flag: str = "--out"):
+    """Make the output directory ``path`` (:func:`make_output_dir`) before the work that fills it, so
+    that a directory the file system refuses is said before minutes of work, not after; and, when that
+    work ends in an error or an interrupt, remove the directories this made while they are still empty:
+    input the work refuses leaves nothing behind. ``None``: no directory (yields None)."""
+    if path is None:
+        yield None
+        return
+    missing = [d for d in (Path(path), *Path(path).parents) if not d.exists()]  # deepest first
+    out = make_output_dir(path, flag)
+    try:
+        yield out
+    except BaseException:
+        for d in missing:
+            try:
+                d.rmdir()
+            except OSError:  # not empty (or gone): keep it and its parents
+                break
+        raise
+
+
 def output_file(text: str) -> str:
     """argparse type: a file that can be written: not a directory, in an existing writable directory."""
     return _path_checked(_check_file, text)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from spiderflow import shipped
-from spiderflow.cliutil import add_scheduler_arguments, dumps, int_in, make_output_dir, name_list, output_dir
+from spiderflow.cliutil import add_scheduler_arguments, dumps, int_in, name_list, output_dir, output_dir_for
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError
@@ -134,11 +134,11 @@ def _none_placeable(args, records_by_planner: dict[str, list]) -> None:
 
 def cmd_simulate(args) -> int:
     topo, jobs, cal = _load(args)
-    records, summary = _run(args.planner, topo, jobs, cal, args)
-    _none_placeable(args, {args.planner: records})
+    with output_dir_for(args.out) as out:  # said before the run; a trace refused after it leaves none
+        records, summary = _run(args.planner, topo, jobs, cal, args)
+        _none_placeable(args, {args.planner: records})
     _note_rejected(args.planner, records, args)
-    if args.out:
-        out = make_output_dir(args.out)
+    if out:
         write_rows(records, out / f"jobs-{args.planner}.csv", changes=_changing(args))
         (out / "summary.json").write_text(dumps(summary))
         (out / "config.json").write_text(dumps(_resolved(args, [args.planner])))
@@ -201,13 +201,13 @@ def cmd_compare(args) -> int:
     planners = list(args.planners)  # known and distinct: checked by the option's type
     topo, jobs, cal = _load(args)
     summaries, jcts, records = {}, {}, {}
-    for name in planners:
-        records[name], summaries[name] = _run(name, topo, jobs, cal, args)
-        jcts[name] = [r.jct_s for r in records[name] if r.jct_s is not None]
-    _none_placeable(args, records)
+    with output_dir_for(args.out) as out:  # said before the runs; a trace refused after them leaves none
+        for name in planners:
+            records[name], summaries[name] = _run(name, topo, jobs, cal, args)
+            jcts[name] = [r.jct_s for r in records[name] if r.jct_s is not None]
+        _none_placeable(args, records)
     for name in planners:
         _note_rejected(name, records[name], args)
-    out = make_output_dir(args.out) if args.out else None
     if out:
         for name in planners:
             write_rows(records[name], out / f"jobs-{name}.csv", changes=_changing(args))

@@ -142,9 +142,7 @@ def test_out_parent_missing(tmp_path, cmd):
     ["bench", "planner", "--clusters", "8", "--jobs", "1", "--planners", "spinsearch"]])
 def test_out_the_file_system_refuses_is_one_line(cmd):
     """/proc takes no new directory, though root's permissions allow it (found by fuzzing: a
-    traceback from mkdir); without root it is refused when the arguments are read. simulate and
-    compare make it after their runs (their progress lines come first), so that input they reject
-    leaves no directory behind."""
+    traceback from mkdir); without root it is refused when the arguments are read."""
     proc = run(*cmd, "--out", "/proc/spiderflow-nope/x")
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
@@ -167,15 +165,31 @@ def test_out_parent_not_writable(tmp_path):
     assert list(ro.iterdir()) == []
 
 
-def test_no_job_of_the_trace_can_ever_fit_is_one_line_exit_2(tmp_path):
+@pytest.mark.parametrize("cmd", [["simulate"], ["compare", "--planners", "blind,spinsearch"]])
+def test_no_job_of_the_trace_can_ever_fit_is_one_line_exit_2(tmp_path, cmd):
     trace = tmp_path / "big.csv"
     trace.write_text(HEADER + "big-0,0,gpt3-1.3b,800,10,256,2048\nbig-1,5,gpt3-1.3b,1024,10,256,2048\n")
-    proc = run("simulate", "--topology", "topologies/default.yaml", "--trace", str(trace), "--json",
-               "--out", str(tmp_path / "out"))
+    (tmp_path / "kept").mkdir()
+    proc = run(*cmd, "--topology", "topologies/default.yaml", "--trace", str(trace), "--json",
+               "--out", str(tmp_path / "kept" / "new" / "out"))
     assert proc.returncode == 2 and proc.stdout == ""
     line = one_line_error(proc.stderr, str(trace))
     assert "none of its 2 jobs can be placed" in line and "wants 800 GPUs" in line
-    assert not (tmp_path / "out").exists()
+    # the directories the run made before it (its --out, said first) are gone; what was there stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.csv", "kept"] and not any((tmp_path / "kept").iterdir())
+
+
+@pytest.mark.parametrize("cmd", [["simulate"], ["compare", "--planners", "blind"]])
+def test_simulate_and_compare_refuse_their_out_before_they_run(monkeypatch, capsys, cmd):
+    """A directory the file system refuses is said before the replay's minutes, not after them."""
+    from spiderflow.cli import main
+    from spiderflow.simulate import commands
+
+    monkeypatch.setattr(commands, "_run", lambda *a, **k: pytest.fail("replayed before --out was made"))
+    argv = [*cmd, "--trace", str(REPO / "traces" / "default.csv"),
+            "--topology", str(REPO / "topologies" / "default.yaml"), "--json"]
+    assert main([*argv, "--out", "/proc/spiderflow-nope/x"]) == 2
+    assert "--out" in capsys.readouterr().err
 
 
 def test_some_jobs_rejected_json_is_valid_and_says_why(tmp_path):
