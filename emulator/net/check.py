@@ -220,17 +220,17 @@ def format_table(source: str, config: NetConfig, mechanism: str, results: list[R
         lines.append(f"{name:<22} {t.configured_mbps:>10.1f} {r.measured_mbps:>9.1f} {pct:>6}  "
                      f"{t.configured_delay_ms:>10.2f} {r.measured_delay_ms:>9.2f}  {t.mechanism:<24} {said}")
     lines.append("")
-    tolerance = (f"tolerance (bandwidth +-{BANDWIDTH_REL:.0%}, one-way delay +-{DELAY_ABS_MS:g} ms) over "
-                 f"{len(results)} measurements")
+    tolerance = f"tolerance (bandwidth +-{BANDWIDTH_REL:.0%}, one-way delay +-{DELAY_ABS_MS:g} ms)"
     undecided = sum(assessment_of(r).verdict == NO_VERDICT for r in results)
     if verdict == OK:
-        lines.append(f"all within {tolerance}")
+        lines.append(f"all within {tolerance} over {len(results)} measurements")
     elif verdict == FAIL:
-        lines.append(f"NOT all within {tolerance}" + (f"; {undecided} gave no verdict" if undecided else ""))
+        lines.append(f"NOT all within {tolerance} over {len(results)} measurements"
+                     + (f"; {undecided} gave no verdict" if undecided else ""))
     else:
-        lines.append(f"no verdict: none out of {tolerance} but {undecided} read as a host stealing the CPU "
-                     "reads a link (rates low, delays high) while it did: check again when the host is quieter "
-                     f"(exit {EXIT_NO_VERDICT})")
+        lines.append(f"no verdict: none of {len(results)} measurements failed, but {undecided} {'was' if undecided == 1 else 'were'} out of {tolerance} "
+                     "the way a host stealing the CPU reads a link (rates low, delays high), while it did: check "
+                     f"again when the host is quieter (exit {EXIT_NO_VERDICT})")
     stolen = max((max(r.host_steal_pct, r.delay_steal_pct) for r in results), default=0.0)
     if noticeable(stolen):
         lines.append(stolen_sentence(f"up to {stolen:.0f}%", "while measuring") + ", so rates read low and "
