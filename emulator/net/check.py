@@ -228,9 +228,10 @@ def format_table(source: str, config: NetConfig, mechanism: str, results: list[R
         lines.append(f"NOT all within {tolerance} over {len(results)} measurements"
                      + (f"; {undecided} gave no verdict" if undecided else ""))
     else:
-        lines.append(f"no verdict: none of {len(results)} measurements failed, but {undecided} {'was' if undecided == 1 else 'were'} out of {tolerance} "
-                     "the way a host stealing the CPU reads a link (rates low, delays high), while it did: check "
-                     f"again when the host is quieter (exit {EXIT_NO_VERDICT})")
+        were = "was" if undecided == 1 else "were"
+        lines.append(f"no verdict: none of {len(results)} measurements failed, but {undecided} {were} out of "
+                     f"{tolerance} the way a host stealing the CPU reads a link (rates low, delays high), while it "
+                     f"did: check again when the host is quieter (exit {EXIT_NO_VERDICT})")
     stolen = max((max(r.host_steal_pct, r.delay_steal_pct) for r in results), default=0.0)
     if noticeable(stolen):
         lines.append(stolen_sentence(f"up to {stolen:.0f}%", "while measuring") + ", so rates read low and "
