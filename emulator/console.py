@@ -37,7 +37,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
     for name, module_name in SUBCOMMANDS.items():
         module = importlib.import_module(module_name)
         modules[name] = module
-        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.HELP))
+        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.HELP,
+                                            epilog=getattr(module, "EPILOG", None)))
     return parser, modules
 
 

@@ -39,6 +39,10 @@ MAX_SECONDS = 3600.0
 MIN_SCALE, MAX_SCALE = 0.01, 10_000.0
 MAX_INTRA_CAP_MBPS = 1_000_000.0  # 1 Tbit/s
 EXIT_NO_VERDICT = 3  # no measurement failed, some gave no verdict (the host stole the CPU meanwhile)
+EPILOG = (f"exit status: 0 every measurement within tolerance; 1 one failed (or a --step did); {EXIT_NO_VERDICT} none "
+          "failed, but some were out of tolerance only as a host stealing the CPU reads a link, while it did (no "
+          "verdict: check again when the host is quieter); 2 bad arguments or input, or the emulation failed (one line "
+          "says which); 130 interrupted (the network torn down)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -63,6 +63,13 @@ def test_subcommands_are_a_registry_of_modules():
     assert (args.command, args.topology, args.json, args.scale) == ("check", "x.yaml", True, 20.0)
 
 
+def test_check_help_states_its_exit_statuses():
+    parser, _ = cli.build_parser()
+    check = parser._subparsers._group_actions[0].choices["check"]
+    text = " ".join(check.format_help().split())
+    assert "exit status: 0 every measurement within tolerance; 1 one failed" in text and "; 3 none failed" in text
+
+
 # Every numeric and path option is checked by argparse before any work (and before root): one line
 # naming the option and the value, exit 2. Only the parser runs (never a subcommand's main), so a
 # check that let a value through fails the test instead of building a network.
