@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from spiderflow.cli import build_parser
-from spiderflow.cliutil import closed_stdout_exit, dumps
+from spiderflow.cliutil import closed_stdout_exit, dumps, output_dir_for
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import summarise
 from spiderflow.topology import load_topology
@@ -177,6 +177,23 @@ def test_no_job_of_the_trace_can_ever_fit_is_one_line_exit_2(tmp_path, cmd):
     assert "none of its 2 jobs can be placed" in line and "wants 800 GPUs" in line
     # the directories the run made before it (its --out, said first) are gone; what was there stays
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.csv", "kept"] and not any((tmp_path / "kept").iterdir())
+
+
+def test_an_output_directory_made_for_work_that_fails_is_removed_while_empty(tmp_path):
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(KeyboardInterrupt), output_dir_for(tmp_path / "kept" / "a" / "b") as out:
+        assert out.is_dir()
+        raise KeyboardInterrupt  # an interrupt, as an error, removes what it made: a, b
+    assert (tmp_path / "kept").is_dir() and not any((tmp_path / "kept").iterdir())
+    with pytest.raises(ValueError), output_dir_for(tmp_path / "kept" / "a" / "b") as out:
+        (out / "partial.csv").write_text("x\n")
+        raise ValueError  # a directory with a file in it stays, and so do its parents
+    assert (tmp_path / "kept" / "a" / "b" / "partial.csv").exists()
+    with output_dir_for(tmp_path / "done") as out:
+        pass
+    assert out == tmp_path / "done" and out.is_dir()
+    with output_dir_for(None) as out:
+        assert out is None
 
 
 @pytest.mark.parametrize("cmd", [["simulate"], ["compare", "--planners", "blind"]])
