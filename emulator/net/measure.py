@@ -277,6 +277,14 @@ def another_try(t: Target, measured_mbps: float, tries: int, stolen: float) -> b
     return tries == 0 or (tries < STOLEN_TRIES and noticeable(100 * stolen))
 
 
+def another_probe(t: Target, measured_ms: float, tries: int, stolen: float) -> bool:
+    """Whether to probe a pair's delay again after ``tries`` re-probes: the delay-side twin of
+    :func:`another_try` (a delay the host held high is no verdict on the link)."""
+    if delay_ok(t.configured_delay_ms, measured_ms):
+        return False
+    return tries == 0 or (tries < STOLEN_TRIES and noticeable(100 * stolen))
+
+
 def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra_seconds: float = 2.0,
                 intra_omit_s: float = 1.0, intra_parallel: int = 2, retry: bool = True,
                 progress: Callable[[str], None] = lambda _m: None) -> list[Result]:
@@ -287,8 +295,10 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
     during a concurrent round is not mistaken for a badly shaped link; such
     results say ``remeasured``. While the host (hypervisor) steals CPU from
     this machine during those, up to :data:`STOLEN_TRIES` times
-    (:func:`another_try`); each result says how much was stolen while its rate
-    was measured (``host_steal_pct``).
+    (:func:`another_try`, and :func:`another_probe` for a delay out of
+    tolerance); each result says how much was stolen while its rate was
+    measured (``host_steal_pct``) and while its delay was probed
+    (``delay_steal_pct``).
     """
     todo = targets(emu)
     wan = [t for t in todo if t.kind == "wan"]
@@ -352,8 +362,10 @@ def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra
                 what="re-measuring alone:")
             again.add(t)
             tries += 1
-        if not delay_ok(t.configured_delay_ms, r.measured_delay_ms):
+        tries = 0
+        while another_probe(t, delay_of[key], tries, delay_stolen_of[key]):
             progress(f"re-probing {t.src} <-> {t.dst}")
             probe([t])
             again.add(t)
+            tries += 1
     return [result(t, remeasured=t in again) for t in todo]

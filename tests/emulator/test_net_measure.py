@@ -178,6 +178,17 @@ def test_a_flow_out_of_tolerance_is_measured_again_while_the_host_steals():
     assert not another_try(t, low, STOLEN_TRIES, stolen)
 
 
+def test_a_delay_out_of_tolerance_is_probed_again_while_the_host_steals():
+    from emulator.net.hoststeal import STOLEN_SHARE
+    from emulator.net.measure import STOLEN_TRIES, another_probe
+
+    t = targets(fake_emu())[0]
+    high, calm, stolen = t.configured_delay_ms + 3.0, 0.0, STOLEN_SHARE * 2
+    assert not another_probe(t, t.configured_delay_ms + 1.0, 0, stolen)  # within tolerance: never
+    assert another_probe(t, high, 0, calm) and not another_probe(t, high, 1, calm)  # once, whatever the host did
+    assert another_probe(t, high, STOLEN_TRIES - 1, stolen) and not another_probe(t, high, STOLEN_TRIES, stolen)
+
+
 def test_table_says_when_the_host_stole_cpu_during_a_measurement():
     emu = fake_emu()
     ts = targets(emu)
