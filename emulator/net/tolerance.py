@@ -87,8 +87,3 @@ def assess(configured_mbps: float, measured_mbps: float, configured_ms: float, m
                        + (f" (the host stole {delay_steal_pct:.0f}% of the CPU)" if delay == NO_VERDICT else ""))
     return Assessment(worst((rate, delay)), tuple(reasons))
 
-
-def problems(configured_mbps: float, measured_mbps: float, configured_ms: float,
-             measured_ms: float) -> list[str]:
-    """Human-readable reasons a measurement is out of tolerance, whatever the host did (empty when it is fine)."""
-    return list(assess(configured_mbps, measured_mbps, configured_ms, measured_ms).reasons)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from emulator.net.layout import NetConfig
 from emulator.net.check import EXIT_NO_VERDICT
+from emulator.net.layout import NetConfig
 from emulator.net.localserver import LocalServer, down, up
 from emulator.net.measure import measure_all
 from emulator.net.multihost import ClusterEmulation

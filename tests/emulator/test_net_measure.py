@@ -13,8 +13,7 @@ from emulator.net.check import EXIT_NO_VERDICT, exit_code, format_table, link_js
 from spiderflow.errors import EmulatorError
 from emulator.net.measure import Result, receiver_goodput_mbps, targets
 from emulator.net.layout import NetConfig, build_plan
-from emulator.net.tolerance import (FAIL, NO_VERDICT, OK, assess, bandwidth_ok, delay_ok, delay_verdict, problems,
-                                    rate_verdict)
+from emulator.net.tolerance import FAIL, NO_VERDICT, OK, assess, bandwidth_ok, delay_ok, delay_verdict, rate_verdict
 from spiderflow.topology import load_topology
 
 from .conftest import delay_ok_under_steal, rate_ok
@@ -30,8 +29,8 @@ def fake_emu(k=2, mechanism="nfqueue"):
 def test_tolerance_boundaries():
     assert bandwidth_ok(100, 90) and bandwidth_ok(100, 110) and not bandwidth_ok(100, 89.9)
     assert delay_ok(33.5, 35.5) and delay_ok(33.5, 31.5) and not delay_ok(33.5, 35.6)
-    assert problems(100, 100, 10, 10) == []
-    assert len(problems(100, 50, 10, 20)) == 2
+    assert assess(100, 100, 10, 10).reasons == ()
+    assert len(assess(100, 50, 10, 20).reasons) == 2
 
 
 def test_a_low_rate_is_no_verdict_only_while_the_host_stole_the_cpu():
@@ -67,7 +66,7 @@ def test_a_link_takes_the_worse_verdict_of_its_rate_and_its_delay_each_with_its_
     assert assess(100, 100, 10, 13, rate_steal_pct=9.0).verdict == FAIL
     assert assess(100, 100, 10, 13, delay_steal_pct=9.0).verdict == NO_VERDICT
     assert assess(100, 80, 10, 7, rate_steal_pct=9.0, delay_steal_pct=9.0).verdict == FAIL
-    assert problems(100, 80, 10, 10) == ["bandwidth 80.0 Mbit/s is not within 10% of 100.0"]
+    assert assess(100, 80, 10, 10).reasons == ("bandwidth 80.0 Mbit/s is not within 10% of 100.0",)
 
 
 def test_targets_cover_both_directions_of_every_link_and_one_pair_per_cluster():
