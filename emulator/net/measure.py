@@ -272,17 +272,19 @@ def another_try(t: Target, measured_mbps: float, tries: int, stolen: float) -> b
     """Whether to measure a flow again, alone, after ``tries`` re-measurements: when out of
     tolerance, once, then while the host stole a noticeable share of the CPU (``stolen``, a fraction) during
     the last one (a reading the host held low is no verdict on the link), up to :data:`STOLEN_TRIES`."""
-    if bandwidth_ok(t.configured_mbps, measured_mbps):
-        return False
-    return tries == 0 or (tries < STOLEN_TRIES and noticeable(100 * stolen))
+    return _again(bandwidth_ok(t.configured_mbps, measured_mbps), tries, stolen)
 
 
 def another_probe(t: Target, measured_ms: float, tries: int, stolen: float) -> bool:
     """Whether to probe a pair's delay again after ``tries`` re-probes: the delay-side twin of
     :func:`another_try` (a delay the host held high is no verdict on the link)."""
-    if delay_ok(t.configured_delay_ms, measured_ms):
-        return False
-    return tries == 0 or (tries < STOLEN_TRIES and noticeable(100 * stolen))
+    return _again(delay_ok(t.configured_delay_ms, measured_ms), tries, stolen)
+
+
+def _again(within: bool, tries: int, stolen: float) -> bool:
+    """The rule both follow: never within tolerance; else once, then while the host stole a noticeable
+    share of the CPU during the last try, up to :data:`STOLEN_TRIES`."""
+    return not within and (tries == 0 or (tries < STOLEN_TRIES and noticeable(100 * stolen)))
 
 
 def measure_all(emu, *, wan_seconds: float = 4.0, wan_omit_s: float = 2.0, intra_seconds: float = 2.0,
