@@ -207,17 +207,17 @@ def format_table(source: str, config: NetConfig, mechanism: str, results: list[R
              f"{'link':<22} {'configured':>10} {'measured':>9} {'':>6}  {'configured':>10} {'measured':>9}  "
              f"{'mechanism':<24} {'ok'}",
              f"{'':<22} {'Mbit/s':>10} {'Mbit/s':>9} {'':>6}  {'delay ms':>10} {'delay ms':>9}"]
-    for r in results:
+    assessed = [assessment_of(r) for r in results]
+    for r, a in zip(results, assessed):
         t = r.target
         if t.kind == "wan":
             name = f"{t.a} -> {t.b}"
         else:  # "oregon h0->h1"
             name = f"{t.a} {t.src[len(t.a) + 1:]}->{t.dst[len(t.a) + 1:]}"
         pct = f"{100 * r.measured_mbps / t.configured_mbps:.1f}%"
-        a = assessment_of(r)
         said = {OK: "ok", FAIL: "FAIL: ", NO_VERDICT: "no verdict: "}[a.verdict] + "; ".join(a.reasons)
-        notes = (["re-measured alone"] if r.remeasured else []) + (  # a reading without a verdict says it already
-            [f"host stole {r.host_steal_pct:.0f}% of the CPU"] if noticeable(r.host_steal_pct) and "stole" not in said
+        notes = (["re-measured alone"] if r.remeasured else []) + (  # a rate without a verdict says it already
+            [f"host stole {r.host_steal_pct:.0f}% of the CPU"] if noticeable(r.host_steal_pct) and a.rate != NO_VERDICT
             else [])
         if notes:
             said += f" ({'; '.join(notes)})"
@@ -225,7 +225,7 @@ def format_table(source: str, config: NetConfig, mechanism: str, results: list[R
                      f"{t.configured_delay_ms:>10.2f} {r.measured_delay_ms:>9.2f}  {t.mechanism:<24} {said}")
     lines.append("")
     tolerance = f"tolerance (bandwidth +-{BANDWIDTH_REL:.0%}, one-way delay +-{DELAY_ABS_MS:g} ms)"
-    undecided = sum(assessment_of(r).verdict == NO_VERDICT for r in results)
+    undecided = sum(a.verdict == NO_VERDICT for a in assessed)
     if verdict == OK:
         lines.append(f"all within {tolerance} over {len(results)} measurements")
     elif verdict == FAIL:

@@ -58,11 +58,17 @@ def delay_verdict(configured_ms: float, measured_ms: float, steal_pct: float) ->
 
 @dataclass(frozen=True)
 class Assessment:
-    """A link's verdict (the worse of its rate's and its delay's) and why, one phrase per reading
-    out of tolerance."""
+    """A measured direction's verdicts on its rate and its delay, and why, one phrase per reading out
+    of tolerance."""
 
-    verdict: str
+    rate: str
+    delay: str
     reasons: tuple[str, ...] = ()
+
+    @property
+    def verdict(self) -> str:
+        """The direction's verdict: the worse of its rate's and its delay's."""
+        return worst((self.rate, self.delay))
 
 
 def worst(verdicts) -> str:
@@ -85,5 +91,5 @@ def assess(configured_mbps: float, measured_mbps: float, configured_ms: float, m
     if delay != OK:
         reasons.append(f"delay {measured_ms:.2f} ms is not within {DELAY_ABS_MS:g} ms of {configured_ms:.2f}"
                        + (f" (the host stole {delay_steal_pct:.0f}% of the CPU)" if delay == NO_VERDICT else ""))
-    return Assessment(worst((rate, delay)), tuple(reasons))
+    return Assessment(rate, delay, tuple(reasons))
 

@@ -211,6 +211,11 @@ def test_table_says_when_the_host_stole_cpu_during_a_measurement():
     assert "stole up to 9% of this machine's CPU while measuring" in text
     assert results[1].as_json()["host_steal_pct"] == 9.4
     assert link_json(results[1])["verdict"] == NO_VERDICT and link_json(results[0])["problems"] == []
+    # a delay without a verdict names its own steal; the rate's, read at another time, is still said
+    delayed = Result(target=ts[3], measured_mbps=ts[3].configured_mbps, measured_delay_ms=ts[3].configured_delay_ms + 3,
+                     host_steal_pct=5.0, delay_steal_pct=9.0)
+    row = format_table("topologies/default.yaml", emu.plan.config, "nfqueue", [delayed], NO_VERDICT).splitlines()[5]
+    assert "(the host stole 9% of the CPU) (host stole 5% of the CPU)" in row, row
     # a failed measurement decides, whatever the others gave
     results[0] = Result(target=ts[0], measured_mbps=ts[0].configured_mbps * 1.2,
                         measured_delay_ms=ts[0].configured_delay_ms, host_steal_pct=9.4)
