@@ -178,7 +178,8 @@ log "built $IMAGE in $(( $(date +%s) - t0 )) s; image size $(( size / 1000000 ))
 # kernel has; where this process's bounding set lacks some (a sandbox without
 # CAP_SYS_RESOURCE, say), runc fails with "unable to apply caps". There, the same minus
 # those: every other capability, no seccomp or AppArmor confinement, /proc/sys writable,
-# /sys remounted read-write.
+# /sys remounted read-write, and the host's /dev/net/tun (--privileged passes every device; the
+# multihost tests' tap tunnels need that one).
 privileged() {
   local names=(CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP
     LINUX_IMMUTABLE NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER
@@ -196,6 +197,7 @@ privileged() {
   log "this host's capability bounding set lacks ${lacks[*]}: --privileged minus those"
   run_flags=(--cap-add ALL "${drop[@]}" --security-opt seccomp=unconfined
              --security-opt apparmor=unconfined --security-opt systempaths=unconfined)
+  if [ -c /dev/net/tun ]; then run_flags+=(--device /dev/net/tun); fi
   remount_sys=1
 }
 status=0
