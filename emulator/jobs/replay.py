@@ -707,8 +707,12 @@ class Runner:
         self.sched.release(j)
         if self.changes is not None:
             self.changes.released()
-        for r in j.ranks:
-            self.free_hosts[r.host.cluster].append(r.host)
+        self._hosts_back(j)
+
+    def _hosts_back(self, j: JobRun) -> None:
+        """``j``'s hosts are free again: its ranks', or those its ranks waiting for the restart cost hold."""
+        for host in [r.host for r in j.ranks] if j.pending is None else j.pending[1]:
+            self.free_hosts[host.cluster].append(host)
         for hs in self.free_hosts.values():
             hs.sort(key=lambda h: h.index)
 

@@ -312,6 +312,28 @@ def test_an_outage_with_no_way_round_stops_the_job_and_it_is_placed_again(inputs
 
 
 @pytest.mark.root
+def test_a_job_stopped_again_while_it_pays_its_restart_cost_gives_its_hosts_back(inputs, state_dir, assert_no_leak):
+    """east-west goes down at trace 20 s, comes back at 50 s (the WAN job is placed again and waits out
+    its 2.1 s restart cost, holding its hosts), goes down again at 55 s, within that restart, and comes
+    back at 80 s. The second stop must hand back the hosts its waiting ranks held: they went missing,
+    and with one host per cluster the third placement found none to start its ranks on."""
+    (inputs / "two.csv").write_text("\n".join(TRACE.splitlines()[:2]) + "\n")  # the WAN job alone
+    (inputs / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n"
+                                       "20,east-west,,,0\n50,east-west,,,1\n55,east-west,,,0\n80,east-west,,,1\n")
+    argv = run_argv(inputs, "--iterations", "12", "--wan-events", str(inputs / "events.csv"))
+    argv[argv.index("--hosts-per-cluster") + 1] = "1"
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    wan = {j["job_id"]: j for j in result["jobs"]}["wan"]
+    assert wan["status"] == "ok" and wan["replanned"] == 2, (wan, done.stderr[-3000:])
+    assert done.stderr.count("wan: stopped after") == 2 and done.stderr.count("wan: placed again") == 2
+    ranks = inputs / "out" / "ranks"
+    assert (ranks / "wan.2-r0.jsonl").exists() and not (ranks / "wan.1-r0.jsonl").exists()
+    assert_no_leak()
+
+
+@pytest.mark.root
 def test_withdrawn_gpus_stop_the_job_on_them_until_they_return(inputs, state_dir, assert_no_leak):
     (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n20,east,8,10,50\n")
     done = subprocess.run(run_argv(inputs, "--iterations", "12", "--capacity-events", str(inputs / "capacity.csv")),
