@@ -60,6 +60,7 @@ from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
 from spiderflow.topology import Topology
 from spiderflow.traces import load_trace
 from spiderflow.wan import load_capacity_events, load_wan_events
+from spiderflow.wan.cli import add_replan_argument
 from spiderflow.workload import Job
 
 HELP = "replay a trace once per planner on one emulated network: measured vs simulated JCT and throughput"
@@ -106,6 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "compressed times in each replay and in its simulation")
     parser.add_argument("--capacity-events", default=None, metavar="FILE",
                         help="capacity events CSV (docs/wan-events.md), compressed like arrivals, in both")
+    add_replan_argument(parser)
     add_scheduler_arguments(parser)
     parser.add_argument("--out", type=output_dir, default=None,
                         help="output directory (default runs/compare-<timestamp>)")
@@ -141,7 +143,7 @@ def simulated_replay(topo: Topology, jobs: list[Job], cfg: RunConfig, *, startup
     compressed = [dataclasses.replace(j, arrival_s=j.arrival_s / cfg.time_scale) for j in jobs]
     wan, cap = compressed_events(wan_events, capacity_events, cfg.time_scale)
     sim = SimConfig(planner=cfg.planner, backfill=cfg.backfill, seed=cfg.seed, time_limit_s=cfg.time_limit_s,
-                    wait=cfg.wait,
+                    wait=cfg.wait, replan=cfg.replan,
                     search_budget=cfg.search_budget, calibration=cfg.calibration, charge_overhead=True,
                     overhead_scale=1.0 / net.dilation, startup_s=startup_s,
                     hosts_per_cluster={c.name: net.hosts_per_cluster for c in topo.clusters},
@@ -295,6 +297,7 @@ def main(args: argparse.Namespace) -> int:
                                   calibration=calibration)
     try:
         base = RunConfig(backfill=args.backfill, seed=args.seed, time_limit_s=args.time_limit, wait=args.wait,
+                         replan=args.replan,
                          search_budget=args.search_budget, iterations=args.iterations, warmup=args.warmup,
                          time_scale=args.time_scale, job_timeout_s=args.job_timeout, net=net,
                          calibration=calibration)
@@ -311,7 +314,8 @@ def main(args: argparse.Namespace) -> int:
             f"genetic {args.search_budget or 4900} trials")
     config = {**provenance(), "topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planners": planners,
               "iterations": args.iterations, "warmup": args.warmup, "time_scale": args.time_scale,
-              "backfill": args.backfill, "wait": args.wait, "seed": args.seed, "time_limit_s": args.time_limit,
+              "backfill": args.backfill, "wait": args.wait, "replan": args.replan, "seed": args.seed,
+              "time_limit_s": args.time_limit,
               "search_budget": args.search_budget, "calibration": args.calibration,
               "startup": args.startup, "scale": net.scale, "dilation": net.dilation,
               "dilation_reason": choice.reason, "net": dataclasses.asdict(net),

@@ -51,6 +51,7 @@ from spiderflow.provenance import provenance
 from spiderflow.topology import Topology
 from spiderflow.traces import load_trace
 from spiderflow.wan import load_capacity_events, load_wan_events
+from spiderflow.wan.cli import add_replan_argument
 from spiderflow.workload import Job
 
 HELP = "replay a trace: real torch.distributed ranks run the planned jobs on the emulated WAN"
@@ -105,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capacity-events", default=None, metavar="FILE",
                         help="capacity events CSV (docs/wan-events.md): GPUs of a cluster withdrawn with a notice "
                              "and returned, on the trace's time; jobs on withdrawn GPUs are stopped and placed again")
+    add_replan_argument(parser)
     add_scheduler_arguments(parser)
     parser.add_argument("--out", type=output_dir, default=None, help="output directory (default runs/<timestamp>)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -224,7 +226,8 @@ def main(args: argparse.Namespace) -> int:
     net, choice = resolve_network(args, topo, jobs, planner=args.planner, calibration=calibration)
     try:
         cfg = RunConfig(planner=args.planner, backfill=args.backfill, seed=args.seed, time_limit_s=args.time_limit,
-                        search_budget=args.search_budget, wait=args.wait, iterations=args.iterations,
+                        search_budget=args.search_budget, wait=args.wait, replan=args.replan,
+                        iterations=args.iterations,
                         warmup=args.warmup,
                         time_scale=args.time_scale, job_timeout_s=args.job_timeout, net=net,
                         warm_tcp=not args.slow_start_after_idle, compute=args.compute,
@@ -238,7 +241,7 @@ def main(args: argparse.Namespace) -> int:
     progress = lambda msg: print(f"[run] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     config = {**provenance(), "topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planner": cfg.planner,
               "backfill": cfg.backfill, "seed": cfg.seed, "time_limit_s": cfg.time_limit_s,
-              "search_budget": cfg.search_budget, "wait": cfg.wait,
+              "search_budget": cfg.search_budget, "wait": cfg.wait, "replan": cfg.replan,
               "iterations": cfg.iterations, "warmup": cfg.warmup, "time_scale": cfg.time_scale,
               "compute": cfg.compute, "calibration": args.calibration, "warm_tcp": cfg.warm_tcp,
               "job_timeout_s": cfg.job_timeout_s, "rank_timeout_s": cfg.rank_timeout_s,

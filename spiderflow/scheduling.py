@@ -628,19 +628,23 @@ class Scheduler:
 
     def replan(self, rec: JobRecord) -> tuple[Placement, float] | None:
         """A new placement for running ``rec`` on its own GPUs plus the free ones, with the other jobs'
-        link load, and its predicted iteration time there (closed form); None when none is found.
-        The planner's wall time is added to the job's overhead. Not with ``hosts_per_cluster``."""
+        link load, and its predicted iteration time there (closed form); None when none is found, or
+        when hosts are counted and its plan needs more ranks in a cluster than the job's own hosts
+        there plus the free ones. The planner's wall time is added to the job's overhead."""
         state = _Moment([rec], self._free_after([rec]), link_load(r for r in self.running if r is not rec))
         try:
             placement = self._own(self._place(rec, state), rec.job)
         except InfeasiblePlan:
             return None
+        if self.free_hosts is not None and any(k > self.free_hosts[c] + rec.hosts.get(c, 0)
+                                               for c, k in ranks_needed(placement.plan).items()):
+            return None
         return placement, estimate(placement.plan, self._view(state))
 
     def move(self, rec: JobRecord, placement: Placement) -> None:
-        """Running ``rec`` leaves its GPUs for ``placement`` (found by :meth:`replan`)."""
+        """Running ``rec`` leaves its GPUs (and hosts) for ``placement`` (found by :meth:`replan`)."""
         self.release(rec)
-        self._commit(rec, placement, {})
+        self._commit(rec, placement, ranks_needed(placement.plan) if self.free_hosts is not None else {})
 
     @staticmethod
     def _own(placement: Placement, job: Job) -> Placement:

@@ -19,10 +19,16 @@ real ranks:
   x K on the wall), holding their GPUs and hosts meanwhile, as the simulator
   charges it.
 
-SpinSearch's *voluntary* re-planning is not done here: the simulator skips it
-whenever hosts per cluster are counted (``Scheduler.replan`` does not place
-hosts), which an emulated replay always does; the simulated replay of an
-emulator run (``emulator compare``) is the same.
+- **Voluntary re-planning** (SpinSearch only, ``RunConfig.replan``): after a
+  WAN event, a running job whose predicted iteration time on the changed
+  network is more than :data:`~spiderflow.simulate.changes.REPLAN_THRESHOLD`
+  times its prediction when it was (re)placed is planned again on its GPUs
+  plus the free ones, its ranks fitting its hosts plus the free ones
+  (``Scheduler.replan``). It **moves** when the time that saves on the
+  iterations it has left (counted from its ranks' lines) exceeds the restart
+  cost: its ranks are ended, and its new ranks start on the new placement
+  after the restart cost, as a stopped job's do. The simulator does the same,
+  hosts counted (the simulated replay of ``emulator compare``).
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spiderflow.scheduling import crosses
-from spiderflow.simulate.changes import CapacityPool, restart_cost_s
+from spiderflow.placement import Placement
+from spiderflow.plan import placement_text
+from spiderflow.simulate.changes import REPLAN_THRESHOLD, REPLANNING, CapacityPool, restart_cost_s
 from spiderflow.simulate.flows import plan_routes
 from spiderflow.wan import CapacityEvent
 
@@ -77,6 +85,35 @@ class ReplayChanges:
             if j.first_changed_t is None:
                 j.first_changed_t = applied.in_force_t
             j.predicted_after_s = r.predict_now(j)
+        self._replan_slowed()
+
+    def _replan_slowed(self) -> None:
+        """SpinSearch's voluntary re-planning after a WAN change in force (module docstring)."""
+        r = self.runner
+        if not r.cfg.replan or r.sched.cfg.planner_name not in REPLANNING:
+            return
+        for j in list(r.sched.running):
+            if j.pending is not None or j.placed_s is None or j.predicted_after_s is None:
+                continue  # paying its restart cost: not iterating yet
+            if j.predicted_after_s <= REPLAN_THRESHOLD * j.placed_s:
+                continue
+            found = r.sched.replan(j)
+            if found is None or found[0].plan.placement == j.placement:
+                continue
+            placement = found[0]
+            new_s = r.predict_on(placement.plan, j)
+            cost = restart_cost_s(j.job)
+            left = r.iterations_left(j)
+            if left * (j.predicted_after_s - new_s) <= cost:
+                continue  # the move would not pay for itself
+            r.move(j, placement, cost, why=self._why(j, placement, new_s, left, cost))
+
+    @staticmethod
+    def _why(j, placement: Placement, new_s: float, left: int, cost: float) -> str:
+        where = placement_text(placement.segments)
+        return (f"the change made it {j.predicted_after_s / j.placed_s:.2f}x slower ({j.predicted_after_s:.3f} s/"
+                f"iteration); on {where} {new_s:.3f} s/iteration saves {left * (j.predicted_after_s - new_s):.1f} s "
+                f"over its {left} iterations left, more than the restart cost ({cost:.1f} s)")
 
     def due(self, now: float) -> None:
         """Apply the capacity steps due by ``now`` (the replay's clock)."""

@@ -107,6 +107,7 @@ class RunConfig:
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     search_budget: int | None = None
     wait: bool = True  # SpinSearch's topology-aware admission (spiderflow.scheduling)
+    replan: bool = True  # SpinSearch may move a running job a WAN change made much slower (--no-replan)
     iterations: int = 6
     warmup: int = 2
     time_scale: float = 10.0
@@ -233,6 +234,7 @@ class JobRun(JobRecord):
     first_changed_t: float | None = None
     changed_t: float | None = None
     predicted_after_s: float | None = None
+    placed_s: float | None = None  # the prediction on the network of its (re)placement, at that moment
     iteration_after_s: list[float] = field(default_factory=list)
     # stopped by a change (emulator/jobs/changes.py) and placed again: attempt n's ranks write
     # JOB.n-rR files and run the iterations left; they start launch_at (the restart cost) after
@@ -406,22 +408,53 @@ class Runner:
 
     def predict_now(self, j: JobRun) -> float:
         """``j``'s plan on the network as it is now, with the other running jobs' load."""
-        return predict_emulated(j.plan, self._view(self._load_without(j)))
+        return self.predict_on(j.plan, j)
+
+    def predict_on(self, plan, j: JobRun) -> float:
+        """``plan`` (one for ``j``) on the network as it is now, with the other running jobs' load."""
+        return predict_emulated(plan, self._view(self._load_without(j)))
+
+    def iterations_left(self, j: JobRun) -> int:
+        """The iterations running ``j`` has still to run: the run's, less those its earlier attempts and
+        every rank of this one completed (by the JSON lines here: a remote rank's as last copied)."""
+        done = min((sum(line.get("event") == "iteration" for line in self._lines(j.files, r.spec.rank))
+                    for r in j.ranks), default=0)
+        return self.cfg.iterations - j.done_before - done
 
     def stop(self, j: JobRun, restart_s: float, *, why: str) -> None:
         """A change stops running ``j``: its ranks are ended, what they did is kept, its GPUs and hosts
         go back, and it waits in the queue to be placed again (emulator/jobs/changes.py)."""
+        self._halt(j)
+        self._release(j)
+        self._next_attempt(j, restart_s)
+        j.status = "queued"
+        self.log(f"{j.job.job_id}: stopped after {j.done_before} of {self.cfg.iterations} iterations: {why}; "
+                 f"re-queued (restart cost {restart_s:.1f} s)")
+
+    def move(self, j: JobRun, placement, restart_s: float, *, why: str) -> None:
+        """SpinSearch moves running ``j`` to ``placement`` (``Scheduler.replan``, by choice): its ranks
+        are ended, what they did is kept, and its new ranks start there after the restart cost, as
+        those of a stopped job placed again do (emulator/jobs/changes.py)."""
+        self._halt(j)
+        self._hosts_back(j)
+        self.sched.move(j, placement)
+        self._next_attempt(j, restart_s)
+        self.log(f"{j.job.job_id}: moved after {j.done_before} of {self.cfg.iterations} iterations: {why}")
+        self._launch(j)
+
+    def _halt(self, j: JobRun) -> None:
+        """End ``j``'s ranks, if they started, and keep what they did (a stop or a move)."""
         if j.pending is None:
             self._end_ranks(j)
             self._collect(j)
             self._measure(j)
             j.done_before += j.iterations_done
-        self._release(j)
-        j.status, j.stopped_s, j.restart_s = "queued", self.now(), restart_s
+
+    def _next_attempt(self, j: JobRun, restart_s: float) -> None:
+        """``j``'s next ranks, not yet placed or launched, start after ``restart_s`` from now."""
+        j.stopped_s, j.restart_s = self.now(), restart_s
         j.attempt, j.ranks, j.pending, j.launch_at = j.attempt + 1, [], None, None
         self._dirty = True
-        self.log(f"{j.job.job_id}: stopped after {j.done_before} of {self.cfg.iterations} iterations: {why}; "
-                 f"re-queued (restart cost {restart_s:.1f} s)")
 
     def _start_due(self) -> None:
         for j in self.jobs:
@@ -468,8 +501,9 @@ class Runner:
         view = self._view(self._load_without(j))
         if j.attempt:  # placed again after a change: its new plan on the changed network
             j.predicted_after_s, j.changed_t = predict_emulated(plan, view), self.now() + j.restart_s
+            j.placed_s = j.predicted_after_s
         else:
-            j.predicted_s = predict_emulated(plan, view)
+            j.predicted_s = j.placed_s = predict_emulated(plan, view)
             j.predicted_alone_s = predict_emulated(plan, self._view())
             j.launch_topology = self.topo
         work = dataclasses.replace(plan_work(plan, view), job_id=j.files)

@@ -228,8 +228,7 @@ class Changes:
         """SpinSearch's voluntary re-planning after a WAN event (module docstring); True if a job moved."""
         sim = self.sim
         cfg, sched = sim.cfg, sim.sched
-        if kind != WAN or not cfg.replan or sched.cfg.planner_name not in REPLANNING \
-                or sched.hosts_per_cluster is not None:
+        if kind != WAN or not cfg.replan or sched.cfg.planner_name not in REPLANNING:
             return False
         moved = False
         for rec in list(sim.running):

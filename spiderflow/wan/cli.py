@@ -1,6 +1,7 @@
 """The ``wan`` subcommands: ``wan generate`` (a diurnal pattern and outages) and ``wan check``
 (load a WAN or capacity events file against a topology); and the ``--wan-events``,
-``--capacity-events`` and ``--no-replan`` options that ``simulate`` and ``compare`` share."""
+``--capacity-events`` and ``--no-replan`` options that ``simulate`` and ``compare`` share (``emulator
+run`` and ``compare`` share ``--no-replan``)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ def add_change_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity-events", metavar="FILE",
                    help="capacity events CSV (time_s,cluster,gpus,notice_s,return_s): spot GPUs withdrawn "
                         "after a notice and returned")
+    add_replan_argument(p)
+
+
+def add_replan_argument(p: argparse.ArgumentParser) -> None:
+    """``--no-replan``: SpinSearch's voluntary re-planning off (docs/wan-events.md)."""
     p.add_argument("--no-replan", dest="replan", action="store_false",
                    help="SpinSearch keeps a running job's plan unless a change forces it off (default: it "
-                        "re-plans a job a change made 1.5x slower when the move pays for its restart)")
+                        "re-plans a job a WAN change made 1.5x slower when the move pays for its restart)")
 
 
 def load_changes(args, topo) -> dict:

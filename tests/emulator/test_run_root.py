@@ -9,6 +9,7 @@ broken mapping (a missing dp factor, a rendezvous latency per transfer: -40%) st
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -330,6 +331,57 @@ def test_a_job_stopped_again_while_it_pays_its_restart_cost_gives_its_hosts_back
     assert done.stderr.count("wan: stopped after") == 2 and done.stderr.count("wan: placed again") == 2
     ranks = inputs / "out" / "ranks"
     assert (ranks / "wan.2-r0.jsonl").exists() and not (ranks / "wan.1-r0.jsonl").exists()
+    assert_no_leak()
+
+
+THREE_CLUSTERS_YAML = """\
+name: three
+clusters:
+  - {name: east, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
+  - {name: west, gpu: a100-80gb, nodes: 1, gpus_per_node: 8}
+  - {name: north, gpu: a100-80gb, nodes: 2, gpus_per_node: 8}
+links:
+  - {a: east, b: west, bandwidth_gbps: 1.0, latency_ms: 10}
+  - {a: west, b: north, bandwidth_gbps: 1.0, latency_ms: 10}
+"""
+# "hold" takes north (16 GPUs) for about a second; "wan", started at once (--no-wait), goes to east + west
+MOVE_TRACE = """\
+job_id,arrival_s,model,gpus,iterations,global_batch,seq_len
+hold,0.0,gpt3-125m,16,40,32,1024
+wan,1.0,gpt3-125m,16,40,32,1024
+"""
+
+
+@pytest.mark.root
+def test_spinsearch_moves_a_job_a_wan_change_slowed_to_the_gpus_freed_meanwhile(inputs, state_dir, assert_no_leak):
+    """east-west falls to 0.1 Gbit/s at trace 30 s (3 s into the replay), after "hold" has left north
+    (about 1 s in): the cost model now puts "wan" at 4.6 s an iteration on east + west (8.5x) and
+    0.026 s on north, so SpinSearch moves it there (its ranks ended, the new ones started after the
+    restart cost), where it runs the iterations it had left. Without the move it would take minutes
+    (its simulation: 168 s; benchmarks/results/wan-replan/ measures both with 20 iterations)."""
+    (inputs / "three.yaml").write_text(THREE_CLUSTERS_YAML)
+    (inputs / "move.csv").write_text(MOVE_TRACE)
+    (inputs / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n30,east-west,0.1,,1\n")
+    argv = run_argv(inputs, "--iterations", "40", "--no-wait", "--wan-events", str(inputs / "events.csv"))
+    argv[argv.index("--topology") + 1] = str(inputs / "three.yaml")
+    argv[argv.index("--trace") + 1] = str(inputs / "move.csv")
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    jobs = {j["job_id"]: j for j in result["jobs"]}
+    assert jobs["hold"]["status"] == "ok" and jobs["hold"]["placement"] == {"north": 16}
+    wan = jobs["wan"]
+    assert wan["status"] == "ok" and wan["placement"] == {"north": 16}, (wan, done.stderr[-3000:])
+    assert wan["replanned"] == 1 and result["replanned"] == 1 and wan["rerouted"] == 0
+    slower = re.search(r"wan: moved after \d+ of 40 iterations: the change made it ([\d.]+)x slower", done.stderr)
+    assert slower and float(slower.group(1)) > 1.5, done.stderr[-3000:]
+    assert 2.0 <= wan["lost_s"] <= 2.2  # the restart cost of gpt3-125m's checkpoint, 2.08 s
+    ranks = inputs / "out" / "ranks"
+    first, second = (sum(json.loads(line).get("event") == "iteration" for line in path.read_text().splitlines() if line)
+                     for path in (ranks / "wan-r0.jsonl", ranks / "wan.1-r0.jsonl"))
+    assert 0 < first < 40 and first + second == 40  # the move kept its progress and ran the rest
+    assert wan["after_change"]["measured_iterations"] >= 5
+    assert json.loads((inputs / "out" / "config.json").read_text())["replan"] is True
     assert_no_leak()
 
 

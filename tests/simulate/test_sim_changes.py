@@ -4,6 +4,7 @@ hand from the cost model's predictions, restart costs, re-routing, re-planning a
 import pytest
 
 from spiderflow.costmodel import TopologyView, estimate
+from spiderflow.scheduling import Scheduler, SchedulerConfig, records
 from spiderflow.simulate.changes import restart_cost_s
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import job_rows, summarise
@@ -155,3 +156,42 @@ def test_spinsearch_replans_a_slowed_job_and_no_replan_does_not():
     assert on.end_s < off.end_s
     blind = simulate(topo, jobs, SimConfig(planner="blind", wan_events=events))[1]
     assert blind.replanned == 0
+
+
+def test_replanning_counts_hosts_as_an_emulated_replay_does():
+    """The same move with hosts per cluster counted (the simulation of an emulator replay, which
+    skipped re-planning until now): j1 moves to c and holds the host its new plan's rank needs there."""
+    topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
+    jobs = [job(0, 16, iterations=20), job(1, 16, iterations=400, arrival=1.0)]
+    hosts = {"a": 1, "b": 1, "c": 1}
+    (_, first) = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, hosts_per_cluster=hosts))
+    assert first.placement == {"a": 8, "b": 8} and first.hosts == {"a": 1, "b": 1}
+    events = (wan(1.0 + 100 * alone(first, topo), "a", "b", 0.01),)
+    on = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, wan_events=events,
+                                        hosts_per_cluster=hosts))[1]
+    assert on.placement == {"c": 16} and on.replanned == 1 and on.hosts == {"c": 1}
+    off = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, wan_events=events,
+                                         hosts_per_cluster=hosts, replan=False))[1]
+    assert off.placement == {"a": 8, "b": 8} and off.replanned == 0 and on.end_s < off.end_s
+
+
+def test_replan_refuses_a_plan_whose_ranks_the_free_hosts_cannot_take():
+    """Scheduler.replan with hosts counted: the better plan on c needs a rank there; with c's only
+    host taken (as another job's rank would hold it) there is no move, with it free there is one,
+    and the move hands the job's hosts over."""
+    sched = Scheduler(topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)]),
+                      SchedulerConfig(planner="spinsearch", wait=False), hosts_per_cluster={"a": 1, "b": 1, "c": 1})
+    first, second = records([job(0, 16), job(1, 16)])
+    sched.schedule([first, second])
+    assert first.placement == {"c": 16} and second.placement == {"a": 8, "b": 8}
+    topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 0.01), ("b", "c", 1.0)])
+    sched.set_network(topo)  # the a-b link fell to 1% (a WAN event)
+    sched.release(first)
+    sched.free_hosts["c"] = 0
+    assert sched.replan(second) is None
+    sched.free_hosts["c"] = 1
+    placement, iteration_s = sched.replan(second)
+    assert placement.plan.placement == {"c": 16} and iteration_s < estimate(second.plan, TopologyView(topology=topo))
+    sched.move(second, placement)
+    assert second.hosts == {"c": 1} and sched.free_hosts == {"a": 1, "b": 1, "c": 0}
+    assert sched.free == {"a": 8, "b": 8, "c": 0}
