@@ -209,7 +209,7 @@ if [ "$build_only" = 0 ]; then
   trap 'exit 130' INT TERM
   cmd=(bash scripts/run-tests.sh "$@")
   [ "$remount_sys" = 0 ] || cmd=(bash -c 'mount -o remount,rw /sys && exec "$@"' - "${cmd[@]}")
-  log "docker run --rm ${run_flags[*]} --network none $IMAGE (the whole suite)"
+  log "docker run --rm ${run_flags[*]} --network none $IMAGE (${*:-the whole suite})"
   t0=$(date +%s)
   docker run --rm "${run_flags[@]}" --network none --name "$name" "$IMAGE" "${cmd[@]}" || status=$?
   log "suite exited $status after $(( $(date +%s) - t0 )) s"
