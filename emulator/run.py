@@ -370,22 +370,24 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
              f"{'error':>7} {'shared':>7} {'error':>7} {'jct':>6} {'start-up':>8}  status"]
     for j in jobs:
         d = j.as_json()
-        place = placement_text(d["placement"].items())
+        place = placement_text(j.first_segments or d["placement"].items())  # where its measured iterations ran
         spread = "-".join(_fmt(x) for x in d["measured_spread_s"]) if d["measured_spread_s"] else ""
         err = f"{j.error_pct:+.1f}%" if j.error_pct is not None else ""
         m, shared = j.measured_s, j.predicted_shared_s
         err_shared = f"{100 * (shared - m) / m:+.1f}%" if m and shared is not None else ""
         status = j.status + (f": {j.reason}" if j.status != "ok" else "")
-        lines.append(f"{j.job.job_id:<14} {place:<26} {len(j.ranks):>5} {_fmt(j.predicted_s):>9} "
+        lines.append(f"{j.job.job_id:<14} {place:<26} {j.first_ranks or len(j.ranks):>5} {_fmt(j.predicted_s):>9} "
                      f"{_fmt(j.measured_s):>9} {spread:>15} {err:>7} {_fmt(shared):>7} {err_shared:>7} "
                      f"{_fmt(j.jct_s, '.1f'):>6} {_fmt(j.startup_wall_s, '.2f'):>8}  {status}")
     errs = [abs(j.error_pct) for j in jobs if j.error_pct is not None and j.status == "ok"]
     changed = [(j, j.as_json()["after_change"]) for j in jobs if j.changed_t is not None]
     if changed:
-        lines += ["", "after the last change a job saw (a WAN event in force, or its new placement after a stop):"]
+        lines += ["", "after the last change a job saw (a WAN event in force, or its new placement after a stop "
+                      "or a move):"]
         for j, a in changed:
             err = f"{a['error_pct']:+.1f}%" if a["error_pct"] is not None else "n/a"
-            lines.append(f"  {j.job.job_id:<14} at {a['t']:.2f} s: predicted {_fmt(a['predicted_iteration_s'])} "
+            where = f" on {placement_text(a['placement'].items())}" if j.attempt else ""
+            lines.append(f"  {j.job.job_id:<14} at {a['t']:.2f} s{where}: predicted {_fmt(a['predicted_iteration_s'])} "
                          f"measured {_fmt(a['measured_iteration_s'])} over {a['measured_iterations']} "
                          f"iteration(s), error {err}")
     lines += ["", f"median |error| {statistics.median(errs):.1f}% over {len(errs)} job(s)" if errs

@@ -231,6 +231,8 @@ class JobRun(JobRecord):
     # Such a job's iteration_s and predictions are those of the network at its launch (intervals
     # that ended before the first change), so each prediction meets the intervals it describes.
     launch_topology: Topology | None = None
+    first_segments: tuple = ()  # its first placement and ranks: what predicted_s and iteration_s describe
+    first_ranks: int = 0
     first_changed_t: float | None = None
     changed_t: float | None = None
     predicted_after_s: float | None = None
@@ -298,7 +300,7 @@ class JobRun(JobRecord):
         if self.changed_t is not None:
             after = statistics.median(self.iteration_after_s) if self.iteration_after_s else None
             out["after_change"] = {
-                "t": self.changed_t, "predicted_iteration_s": self.predicted_after_s,
+                "t": self.changed_t, "placement": dict(self.segments), "predicted_iteration_s": self.predicted_after_s,
                 "measured_iteration_s": after, "measured_iterations": len(self.iteration_after_s),
                 "error_pct": None if after is None or self.predicted_after_s is None
                 else 100.0 * (self.predicted_after_s - after) / after}
@@ -512,6 +514,8 @@ class Runner:
                            timeout_s=self.cfg.rank_timeout_s, compute=self.cfg.compute,
                            cpu_flops_per_s=self.cpu_flops_per_s)
         hosts = [self.free_hosts[w.cluster].pop(0) for w in work.ranks]
+        if not j.attempt:
+            j.first_segments, j.first_ranks = tuple(segments), len(specs)
         port, self.next_port = self.next_port, self.next_port + 1
         if j.stopped_s is None:
             j.start_s = self.now()

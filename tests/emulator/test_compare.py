@@ -129,3 +129,24 @@ def test_the_run_table_names_the_jobs_measured_while_the_host_stole():
 
     text = format_table([run("a", 7.4), run("b", 0.3), run("c", None)], NetConfig(), "nfqueue", "out")
     assert "measured while the host stole a noticeable share of the CPU: a 7%\n" in text
+
+
+def test_the_run_table_shows_a_moved_job_where_its_measured_iterations_ran():
+    """A job placed again (stopped or moved by a change): its row is its first placement and ranks, which
+    its prediction and measured iterations describe; the line after the change names the new one."""
+    from emulator.jobs.replay import JobRun
+    from emulator.run import format_table
+    from spiderflow.workload import Job
+
+    job = Job(job_id="wan", arrival_s=0.0, model="gpt3-125m", gpus=16, iterations=20, global_batch=32,
+              seq_len=1024)
+    moved = JobRun(job=job, arrival_s=0.0, status="ok", segments=(("north", 16),), placement={"north": 16},
+                   first_segments=(("east", 8), ("west", 8)), first_ranks=2, attempt=1, predicted_s=0.547,
+                   iteration_s=[0.55, 0.552], changed_t=5.11, predicted_after_s=0.0257,
+                   iteration_after_s=[0.026, 0.026])
+    lines = format_table([moved], NetConfig(), "nfqueue", "out").splitlines()
+    row = next(line for line in lines if line.startswith("wan "))
+    assert row.split()[1:5] == ["east:8", "west:8", "2", "0.547"]
+    assert "  wan            at 5.11 s on north:16: predicted 0.026 measured 0.026 over 2 iteration(s), " \
+           "error -1.2%" in lines
+    assert moved.as_json()["after_change"]["placement"] == {"north": 16}
