@@ -159,8 +159,8 @@ def test_spinsearch_replans_a_slowed_job_and_no_replan_does_not():
 
 
 def test_replanning_counts_hosts_as_an_emulated_replay_does():
-    """The same move with hosts per cluster counted (the simulation of an emulator replay, which
-    skipped re-planning until now): j1 moves to c and holds the host its new plan's rank needs there."""
+    """The same move with hosts per cluster counted, as in the simulation of an emulator replay: j1
+    moves to c and holds the host its new plan's rank needs there."""
     topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
     jobs = [job(0, 16, iterations=20), job(1, 16, iterations=400, arrival=1.0)]
     hosts = {"a": 1, "b": 1, "c": 1}
