@@ -355,8 +355,8 @@ def test_a_move_ends_and_starts_ranks_on_both_servers(second_server, state_dir, 
     out = tmp_path / "out"
     argv = [PYTHON, "-m", "emulator", "run", "--topology", str(tmp_path / "three.yaml"), "--trace",
             str(tmp_path / "move.csv"), "--hosts-per-cluster", "3", "--out", str(out), "--json", "--iterations", "40",
-            "--no-wait", "--wan-events", str(tmp_path / "events.csv"), "--servers", f"localhost,{NAME}",
-            "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
+            "--no-wait", "--dilation", "2", "--wan-events", str(tmp_path / "events.csv"),
+            "--servers", f"localhost,{NAME}", "--ssh-config", str(second_server.ssh_config), "--tunnel", "vxlan"]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240, env=os.environ)
     assert done.returncode == 0, done.stderr[-3000:]
     wan = {j["job_id"]: j for j in json.loads(done.stdout)["jobs"]}["wan"]
