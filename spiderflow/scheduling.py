@@ -430,7 +430,7 @@ class Scheduler:
                 self._reject(rec, str(exc))
             return False
         plan = placement.plan
-        need = ranks_needed(plan) if self.hosts_per_cluster is not None else {}
+        need = self._hosts_needed(plan)
         for c, k in need.items():
             if k > self.hosts_per_cluster[c]:
                 self._reject(rec, f"{job.job_id}: its plan needs {k} ranks in {c}, the emulation has "
@@ -586,13 +586,8 @@ class Scheduler:
                 later = self._place(rec, moment)
             except InfeasiblePlan:
                 continue
-            if self.hosts_per_cluster is not None:
-                hosts = dict(self.free_hosts)
-                for r in gone:
-                    for c, k in r.hosts.items():
-                        hosts[c] += k
-                if any(k > hosts[c] for c, k in ranks_needed(later.plan).items()):
-                    continue
+            if not self._hosts_fit(later.plan, gone):
+                continue
             run_later = self._run_s(rec, later, moment)
             cost = t + (1 + weight) * run_later
             if best is None or cost < best[0]:
@@ -636,15 +631,29 @@ class Scheduler:
             placement = self._own(self._place(rec, state), rec.job)
         except InfeasiblePlan:
             return None
-        if self.free_hosts is not None and any(k > self.free_hosts[c] + rec.hosts.get(c, 0)
-                                               for c, k in ranks_needed(placement.plan).items()):
+        if not self._hosts_fit(placement.plan, [rec]):
             return None
         return placement, estimate(placement.plan, self._view(state))
 
     def move(self, rec: JobRecord, placement: Placement) -> None:
         """Running ``rec`` leaves its GPUs (and hosts) for ``placement`` (found by :meth:`replan`)."""
         self.release(rec)
-        self._commit(rec, placement, ranks_needed(placement.plan) if self.free_hosts is not None else {})
+        self._commit(rec, placement, self._hosts_needed(placement.plan))
+
+    def _hosts_needed(self, plan: Plan) -> dict[str, int]:
+        """The hosts ``plan`` takes per cluster: one per rank when hosts are counted, else none."""
+        return ranks_needed(plan) if self.hosts_per_cluster is not None else {}
+
+    def _hosts_fit(self, plan: Plan, gone: Iterable[JobRecord] = ()) -> bool:
+        """Whether ``plan``'s ranks find hosts among the free ones and those of the jobs ``gone``."""
+        need = self._hosts_needed(plan)
+        if not need:
+            return True
+        hosts = dict(self.free_hosts)
+        for r in gone:
+            for c, k in r.hosts.items():
+                hosts[c] += k
+        return all(k <= hosts[c] for c, k in need.items())
 
     @staticmethod
     def _own(placement: Placement, job: Job) -> Placement:
