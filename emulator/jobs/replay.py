@@ -419,9 +419,8 @@ class Runner:
     def iterations_left(self, j: JobRun) -> int:
         """The iterations running ``j`` has still to run: the run's, less those its earlier attempts and
         every rank of this one completed (by the JSON lines here: a remote rank's as last copied)."""
-        done = min((sum(line.get("event") == "iteration" for line in self._lines(j.files, r.spec.rank))
-                    for r in j.ranks), default=0)
-        return self.cfg.iterations - j.done_before - done
+        _, ends = self._stamps(j)
+        return self.cfg.iterations - j.done_before - sum(len(v) == len(j.ranks) for v in ends.values())
 
     def stop(self, j: JobRun, restart_s: float, *, why: str) -> None:
         """A change stops running ``j``: its ranks are ended, what they did is kept, its GPUs and hosts
@@ -757,16 +756,22 @@ class Runner:
     def _lines(self, job_id: str, rank: int) -> list[dict]:
         return read_lines(self.rank_dir / f"{job_id}-r{rank}.jsonl")
 
-    def _measure(self, j: JobRun) -> None:
-        """Iteration intervals after warm-up (wall / K), from every rank's JSON lines (absolute
-        monotonic times), and the job's start-up: its launch to its earliest ``start`` line."""
+    def _stamps(self, j: JobRun) -> tuple[list[float], dict[int, list[float]]]:
+        """Every rank's ``start`` stamps and, per iteration, its ranks' ends so far, on this machine's
+        clock (:func:`rank_ends`); an iteration is complete when every rank has ended it."""
         ends: dict[int, list[float]] = {}
         starts = []
-        for r in j.ranks:  # every rank's stamps on this machine's clock (rank_ends)
+        for r in j.ranks:
             rank_starts, rank_it = rank_ends(self._lines(j.files, r.spec.rank), r.clock_offset_ns)
             starts += rank_starts
             for it, end in rank_it:
                 ends.setdefault(it, []).append(end)
+        return starts, ends
+
+    def _measure(self, j: JobRun) -> None:
+        """Iteration intervals after warm-up (wall / K), from every rank's JSON lines (absolute
+        monotonic times), and the job's start-up: its launch to its earliest ``start`` line."""
+        starts, ends = self._stamps(j)
         if starts and j.start_s is not None and j.attempt == 0:
             j.startup_wall_s = max(0.0, min(starts) - (self.t0 + j.start_s * self.k))
         complete = sorted(it for it, v in ends.items() if len(v) == len(j.ranks))
