@@ -36,7 +36,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spiderflow.scheduling import crosses
-from spiderflow.placement import Placement
 from spiderflow.plan import placement_text
 from spiderflow.simulate.changes import REPLAN_THRESHOLD, REPLANNING, CapacityPool, restart_cost_s
 from spiderflow.simulate.flows import plan_routes
@@ -104,16 +103,13 @@ class ReplayChanges:
             new_s = r.predict_on(placement.plan, j)
             cost = restart_cost_s(j.job)
             left = r.iterations_left(j)
-            if left * (j.predicted_after_s - new_s) <= cost:
+            saved = left * (j.predicted_after_s - new_s)
+            if saved <= cost:
                 continue  # the move would not pay for itself
-            r.move(j, placement, cost, why=self._why(j, placement, new_s, left, cost))
-
-    @staticmethod
-    def _why(j, placement: Placement, new_s: float, left: int, cost: float) -> str:
-        where = placement_text(placement.segments)
-        return (f"the change made it {j.predicted_after_s / j.placed_s:.2f}x slower ({j.predicted_after_s:.3f} s/"
-                f"iteration); on {where} {new_s:.3f} s/iteration saves {left * (j.predicted_after_s - new_s):.1f} s "
-                f"over its {left} iterations left, more than the restart cost ({cost:.1f} s)")
+            r.move(j, placement, cost, why=(
+                f"the change made it {j.predicted_after_s / j.placed_s:.2f}x slower ({j.predicted_after_s:.3f} "
+                f"s/iteration); on {placement_text(placement.segments)} {new_s:.3f} s/iteration saves {saved:.1f} s "
+                f"over its {left} iterations left, more than the restart cost ({cost:.1f} s)"))
 
     def due(self, now: float) -> None:
         """Apply the capacity steps due by ``now`` (the replay's clock)."""
