@@ -347,11 +347,11 @@ def test_a_move_ends_and_starts_ranks_on_both_servers(second_server, state_dir, 
     """SpinSearch's voluntary re-planning with --servers: the three-cluster move of test_run_root.py, its
     clusters split over the two servers. The moved job's ranks on the other server are ended and their
     lines copied back, its iterations left counted from the copies, and its new ranks run the rest."""
-    from .test_run_root import MOVE_TRACE, THREE_CLUSTERS_YAML
+    from .test_run_root import MOVE_EVENTS, MOVE_TRACE, THREE_CLUSTERS_YAML, iterations_logged
 
     (tmp_path / "three.yaml").write_text(THREE_CLUSTERS_YAML)
     (tmp_path / "move.csv").write_text(MOVE_TRACE)
-    (tmp_path / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n30,east-west,0.1,,1\n")
+    (tmp_path / "events.csv").write_text(MOVE_EVENTS)
     out = tmp_path / "out"
     argv = [PYTHON, "-m", "emulator", "run", "--topology", str(tmp_path / "three.yaml"), "--trace",
             str(tmp_path / "move.csv"), "--hosts-per-cluster", "3", "--out", str(out), "--json", "--iterations", "40",
@@ -366,8 +366,7 @@ def test_a_move_ends_and_starts_ranks_on_both_servers(second_server, state_dir, 
     servers = {r.get("server", "localhost") for r in launched if r["job_id"] in ("wan", "wan.1")}
     assert servers == {"localhost", NAME}, launched  # the move involved ranks on both servers
     ranks = out / "ranks"
-    first, second = (sum(json.loads(line).get("event") == "iteration" for line in path.read_text().splitlines() if line)
-                     for path in (ranks / "wan-r0.jsonl", ranks / "wan.1-r0.jsonl"))
+    first, second = iterations_logged(ranks / "wan-r0.jsonl"), iterations_logged(ranks / "wan.1-r0.jsonl")
     assert 0 < first < 40 and first + second == 40
     assert not marked_for(NAME)
     assert_no_leak()

@@ -350,6 +350,12 @@ job_id,arrival_s,model,gpus,iterations,global_batch,seq_len
 hold,0.0,gpt3-125m,16,40,32,1024
 wan,1.0,gpt3-125m,16,40,32,1024
 """
+MOVE_EVENTS = "time_s,link,bandwidth_gbps,latency_ms,up\n30,east-west,0.1,,1\n"  # 3 s into the replay
+
+
+def iterations_logged(path) -> int:
+    """The iterations a rank's JSON lines file records."""
+    return sum(json.loads(line).get("event") == "iteration" for line in path.read_text().splitlines() if line)
 
 
 @pytest.mark.root
@@ -361,7 +367,7 @@ def test_spinsearch_moves_a_job_a_wan_change_slowed_to_the_gpus_freed_meanwhile(
     (its simulation: 168 s; benchmarks/results/wan-replan/ measures both with 20 iterations)."""
     (inputs / "three.yaml").write_text(THREE_CLUSTERS_YAML)
     (inputs / "move.csv").write_text(MOVE_TRACE)
-    (inputs / "events.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n30,east-west,0.1,,1\n")
+    (inputs / "events.csv").write_text(MOVE_EVENTS)
     # dilation 2, not auto's 4: half the wall time, and nothing here measures against the model
     argv = run_argv(inputs, "--iterations", "40", "--no-wait", "--dilation", "2",
                     "--wan-events", str(inputs / "events.csv"))
@@ -379,8 +385,7 @@ def test_spinsearch_moves_a_job_a_wan_change_slowed_to_the_gpus_freed_meanwhile(
     assert slower and float(slower.group(1)) > 1.5, done.stderr[-3000:]
     assert 2.0 <= wan["lost_s"] <= 2.2  # the restart cost of gpt3-125m's checkpoint, 2.08 s
     ranks = inputs / "out" / "ranks"
-    first, second = (sum(json.loads(line).get("event") == "iteration" for line in path.read_text().splitlines() if line)
-                     for path in (ranks / "wan-r0.jsonl", ranks / "wan.1-r0.jsonl"))
+    first, second = iterations_logged(ranks / "wan-r0.jsonl"), iterations_logged(ranks / "wan.1-r0.jsonl")
     assert 0 < first < 40 and first + second == 40  # the move kept its progress and ran the rest
     assert wan["after_change"]["measured_iterations"] >= 5
     assert json.loads((inputs / "out" / "config.json").read_text())["replan"] is True
