@@ -151,6 +151,7 @@ class JobRecord:
     waits_for: tuple[str, ...] = ()  # the running jobs whose ends it last chose to wait for (admission)
     reservation: _Reservation | None = None  # while it waits by choice: the GPUs it expects, and when
     alone: tuple[Topology, float, dict] | None = None  # (topology, run time and GPUs of its plan with all free)
+    placed_impaired: bool = False  # (re)placed while a link was down or GPUs withdrawn (re-planning once lifted)
 
     @property
     def completed(self) -> bool:
@@ -671,6 +672,7 @@ class Scheduler:
             self.free_hosts[c] -= k
         rec.plan, rec.placement, rec.segments, rec.hosts = plan, plan.placement, tuple(placement.segments), need
         rec.routes = plan_routes(plan, self.topo)
+        rec.placed_impaired = self.impaired
         rec.status = "running"
         self.running.append(rec)
 

@@ -27,8 +27,12 @@ real ranks:
   (``Scheduler.replan``). It **moves** when the time that saves on the
   iterations it has left (counted from its ranks' lines) exceeds the restart
   cost: its ranks are ended, and its new ranks start on the new placement
-  after the restart cost, as a stopped job's do. The simulator does the same,
-  hosts counted (the simulated replay of ``emulator compare``).
+  after the restart cost, as a stopped job's do. Once a down link is back up or
+  withdrawn GPUs come back, and the queued jobs have had their scheduling pass,
+  a running job that was (re)placed while the network was impaired (a link
+  down or GPUs withdrawn) is planned again the same way, and moves when that
+  pays by the same rule. The simulator does the same, hosts counted (the
+  simulated replay of ``emulator compare``).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class ReplayChanges:
         self.runner = runner
         self.pool = CapacityPool()
         self.down: frozenset = frozenset()
+        self.lifted: list[str] = []  # links back up and GPUs back since the last re-planning, as logged
         steps = []
         for ev in capacity_events:
             steps.append((ev.notice_at_s, NOTICE, ev))
@@ -65,6 +70,7 @@ class ReplayChanges:
         """The routing topology and down links of a batch that is now in force on the wire."""
         r = self.runner
         went_down = applied.down - self.down
+        self.lifted += [f"{'-'.join(key)} is back up" for key in sorted(self.down - applied.down)]
         self.down = applied.down
         r.topo = applied.topology
         r.sched.set_network(applied.topology, applied.down)
@@ -88,28 +94,49 @@ class ReplayChanges:
 
     def _replan_slowed(self) -> None:
         """SpinSearch's voluntary re-planning after a WAN change in force (module docstring)."""
+        for j in self._replanning():
+            if j.predicted_after_s is not None and j.predicted_after_s > REPLAN_THRESHOLD * j.placed_s:
+                self._move_if_it_pays(j, j.predicted_after_s, (
+                    f"the change made it {j.predicted_after_s / j.placed_s:.2f}x slower "
+                    f"({j.predicted_after_s:.3f} s/iteration)"))
+
+    def replan_lifted(self) -> None:
+        """After the scheduling pass that follows a link back up or GPUs back: SpinSearch plans again the
+        running jobs it placed while the network was impaired (module docstring)."""
+        lifted, self.lifted = self.lifted, []
+        if not lifted:
+            return
+        for j in self._replanning():
+            if j.placed_impaired:
+                now_s = self.runner.predict_now(j)
+                self._move_if_it_pays(j, now_s, f"placed while the network was impaired ({now_s:.3f} s/iteration "
+                                                f"there), and {', '.join(lifted)}")
+
+    def _replanning(self) -> list:
+        """The running jobs voluntary re-planning may move (SpinSearch's, iterating), if it is on."""
         r = self.runner
         if not r.cfg.replan or r.sched.cfg.planner_name not in REPLANNING:
+            return []
+        # a job paying its restart cost is not iterating yet
+        return [j for j in r.sched.running if j.pending is None and j.placed_s is not None]
+
+    def _move_if_it_pays(self, j, now_s: float, why: str) -> None:
+        """Plan running ``j`` again; move it when the time the new plan saves over the iterations it has
+        left (at ``now_s`` an iteration where it is) exceeds the restart cost."""
+        r = self.runner
+        found = r.sched.replan(j)
+        if found is None or found[0].plan.placement == j.placement:
             return
-        for j in list(r.sched.running):
-            if j.pending is not None or j.placed_s is None or j.predicted_after_s is None:
-                continue  # paying its restart cost: not iterating yet
-            if j.predicted_after_s <= REPLAN_THRESHOLD * j.placed_s:
-                continue
-            found = r.sched.replan(j)
-            if found is None or found[0].plan.placement == j.placement:
-                continue
-            placement = found[0]
-            new_s = r.predict_on(placement.plan, j)
-            cost = restart_cost_s(j.job)
-            left = r.iterations_left(j)
-            saved = left * (j.predicted_after_s - new_s)
-            if saved <= cost:
-                continue  # the move would not pay for itself
-            r.move(j, placement, cost, why=(
-                f"the change made it {j.predicted_after_s / j.placed_s:.2f}x slower ({j.predicted_after_s:.3f} "
-                f"s/iteration); on {placement_text(placement.segments)} {new_s:.3f} s/iteration saves {saved:.1f} s "
-                f"over its {left} iterations left, more than the restart cost ({cost:.1f} s)"))
+        placement = found[0]
+        new_s = r.predict_on(placement.plan, j)
+        cost = restart_cost_s(j.job)
+        left = r.iterations_left(j)
+        saved = left * (now_s - new_s)
+        if saved <= cost:
+            return  # the move would not pay for itself
+        r.move(j, placement, cost, why=(
+            f"{why}; on {placement_text(placement.segments)} {new_s:.3f} s/iteration saves {saved:.1f} s "
+            f"over its {left} iterations left, more than the restart cost ({cost:.1f} s)"))
 
     def due(self, now: float) -> None:
         """Apply the capacity steps due by ``now`` (the replay's clock)."""
@@ -132,6 +159,7 @@ class ReplayChanges:
                 r.log(f"capacity: {ev.cluster}: {self.pool.withdrawn.get(ev.cluster, 0)} GPU(s) withdrawn")
             else:
                 self.pool.give_back(ev, free)
+                self.lifted.append(f"{ev.cluster}'s GPUs are back")
                 r.log(f"capacity: {ev.cluster}'s GPUs are back")
             self._impaired()
             r._dirty = True

@@ -406,6 +406,8 @@ class Runner:
                 for j in queued:
                     if j.status == "queued" and j.admission and j.admission != said[id(j)]:
                         self.log(f"{j.job.job_id}: {j.admission}")
+                if self.changes is not None:
+                    self.changes.replan_lifted()
             time.sleep(POLL_S)
 
     def predict_now(self, j: JobRun) -> float:

@@ -15,8 +15,10 @@ Semantics in full: docs/wan-events.md. In short:
   :func:`restart_cost_s` before its first iteration on its new placement.
 - **Voluntary re-planning** (SpinSearch only, ``SimConfig.replan``): after a WAN event, a running
   job whose iteration time is more than ``replan_threshold`` times the one it had when it was
-  (re)placed is planned again on its GPUs plus the free ones; it moves when the time that saves on
-  its remaining iterations exceeds the restart cost.
+  (re)placed is planned again on its GPUs plus the free ones; so is, once a down link is back up or
+  withdrawn GPUs come back (and the queued jobs have had their pass), a running job that was
+  (re)placed while the network was impaired (a link down or GPUs withdrawn). Either moves when the
+  time that saves on its remaining iterations exceeds the restart cost.
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ class Changes:
         self.sim = sim
         self.net = NetworkState(sim.sched.topo, sim.priced)
         self.pool = CapacityPool()
+        self.lifted = False  # a link came back up or GPUs came back since the last re-planning
 
     def push_all(self, events, priority: int) -> None:
         cfg = self.sim.cfg
@@ -178,6 +181,7 @@ class Changes:
             changed = self._withdraw(ev, now)
         else:
             self.pool.give_back(ev, sched.free)
+            self.lifted = True
         sched.impaired = bool(self.net.down) or self.pool.impaired
         return changed
 
@@ -190,6 +194,7 @@ class Changes:
         sim.capacity = {l.key: l.bandwidth_gbps for l in priced.links}
         sim.sched.set_network(topo, down)
         went_down = ev.key in down and ev.key not in down_before
+        self.lifted |= ev.key in down_before and ev.key not in down
         changed = False
         for rec in list(sim.running):
             routes = plan_routes(rec.plan, topo)
@@ -224,17 +229,21 @@ class Changes:
                 changed = True
         return changed
 
-    def replan_slowed(self, kind: str, now: float) -> bool:
-        """SpinSearch's voluntary re-planning after a WAN event (module docstring); True if a job moved."""
+    def replan(self, kind: str, now: float) -> bool:
+        """SpinSearch's voluntary re-planning after a change (module docstring): the jobs a WAN event
+        slowed past the threshold, and once an impairment lifted, those placed under it; True if a
+        job moved."""
         sim = self.sim
         cfg, sched = sim.cfg, sim.sched
-        if kind != WAN or not cfg.replan or sched.cfg.planner_name not in REPLANNING:
+        lifted, self.lifted = self.lifted, False
+        if (kind != WAN and not lifted) or not cfg.replan or sched.cfg.planner_name not in REPLANNING:
             return False
         moved = False
         for rec in list(sim.running):
             if rec.iteration_s is None or rec.placed_iteration_s is None or rec.updated_s > now:
                 continue  # not iterating yet (starting up, or paying a restart)
-            if rec.iteration_s <= cfg.replan_threshold * rec.placed_iteration_s:
+            slowed = kind == WAN and rec.iteration_s > cfg.replan_threshold * rec.placed_iteration_s
+            if not (slowed or (lifted and rec.placed_impaired)):
                 continue
             found = sched.replan(rec)
             if found is None or found[0].plan.placement == rec.placement:

@@ -155,7 +155,7 @@ class Simulation:
             changed |= self._schedule(now)
             if changed:
                 self._reshare(now)
-            if self.changes and self.changes.replan_slowed(kind, now):
+            if self.changes and self.changes.replan(kind, now):
                 self._reshare(now)
         return self.records
 

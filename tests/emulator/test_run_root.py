@@ -393,6 +393,33 @@ def test_spinsearch_moves_a_job_a_wan_change_slowed_to_the_gpus_freed_meanwhile(
 
 
 @pytest.mark.root
+def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_return(inputs, state_dir, assert_no_leak):
+    """north's 16 GPUs are withdrawn from the start until trace 30 s (3 s into the replay): "wan" starts
+    on east + west (0.55 s an iteration). When north's GPUs come back, SpinSearch plans again the job it
+    placed while the pool was short and moves it there (0.026 s an iteration), where it runs the
+    iterations it had left."""
+    (inputs / "three.yaml").write_text(THREE_CLUSTERS_YAML)
+    (inputs / "wan.csv").write_text("\n".join(MOVE_TRACE.splitlines()[::2]) + "\n")  # the header and "wan"
+    (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n0,north,16,0,30\n")
+    argv = run_argv(inputs, "--iterations", "40", "--no-wait", "--dilation", "2",
+                    "--capacity-events", str(inputs / "capacity.csv"))
+    argv[argv.index("--topology") + 1] = str(inputs / "three.yaml")
+    argv[argv.index("--trace") + 1] = str(inputs / "wan.csv")
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    wan, = json.loads(done.stdout)["jobs"]
+    assert wan["status"] == "ok" and wan["placement"] == {"north": 16}, (wan, done.stderr[-3000:])
+    assert "wan: started on east:8, west:8" in done.stderr and wan["replanned"] == 1
+    assert re.search(r"wan: moved after \d+ of 40 iterations: placed while the network was impaired "
+                     r"\([\d.]+ s/iteration there\), and north's GPUs are back; on north:16", done.stderr), \
+        done.stderr[-3000:]
+    ranks = inputs / "out" / "ranks"
+    first, second = iterations_logged(ranks / "wan-r0.jsonl"), iterations_logged(ranks / "wan.1-r0.jsonl")
+    assert 0 < first < 40 and first + second == 40
+    assert_no_leak()
+
+
+@pytest.mark.root
 def test_withdrawn_gpus_stop_the_job_on_them_until_they_return(inputs, state_dir, assert_no_leak):
     (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n20,east,8,10,50\n")
     done = subprocess.run(run_argv(inputs, "--iterations", "12", "--capacity-events", str(inputs / "capacity.csv")),

@@ -195,3 +195,54 @@ def test_replan_refuses_a_plan_whose_ranks_the_free_hosts_cannot_take():
     sched.move(second, placement)
     assert second.hosts == {"c": 1} and sched.free_hosts == {"a": 1, "b": 1, "c": 0}
     assert sched.free == {"a": 8, "b": 8, "c": 0}
+
+
+def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_return():
+    """c's 16 GPUs are withdrawn from 0 s to R: j1 (16 GPUs, arriving at 1 s) starts across a-b. When
+    c's GPUs come back, SpinSearch plans again the job it placed while the pool was short and moves it
+    to c (paying the restart cost); with replan off it stays on a-b; blind keeps its plan."""
+    topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
+    jobs = [job(1, 16, iterations=400, arrival=1.0)]
+    (first,) = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False))
+    assert first.placement == {"c": 16}  # where it goes with the whole pool
+    R = 1.0 + 100 * alone(first, topo)
+    cfg = SimConfig(planner="spinsearch", wait=False,
+                    capacity_events=(CapacityEvent(time_s=0.0, cluster="c", gpus=16, notice_s=0.0, return_s=R),))
+    (on,) = simulate(topo, jobs, cfg)
+    (off,) = simulate(topo, jobs, SimConfig(**{**cfg.__dict__, "replan": False}))
+    assert off.placement == {"a": 8, "b": 8} and off.replanned == 0 and off.placed_impaired
+    assert off.end_s == pytest.approx(1.0 + 400 * alone(off, topo))
+    left = 400 - (R - 1.0) / alone(off, topo)
+    cost = restart_cost_s(on.job)
+    assert on.placement == {"c": 16} and on.replanned == 1 and not on.placed_impaired
+    assert on.end_s == pytest.approx(R + cost + left * alone(on, topo)) and on.end_s < off.end_s
+    assert on.lost_s == pytest.approx(cost)
+    (blind,) = simulate(topo, jobs, SimConfig(**{**cfg.__dict__, "planner": "blind"}))
+    assert blind.replanned == 0
+
+
+def test_a_lifted_impairment_leaves_a_job_placed_before_it_where_it_is():
+    """j1 starts across a-b while j0 holds c (the pool whole); d's GPUs are withdrawn after j0 ended
+    and come back at R. Only jobs placed while the pool was short are planned again then: j1 stays,
+    although the free c would be faster (the slowed-job rule alone would move it, after a WAN event)."""
+    topo = topology({"a": 8, "b": 8, "c": 16, "d": 8}, [("a", "b", 1.0), ("b", "c", 1.0), ("c", "d", 1.0)])
+    jobs = [job(0, 16, iterations=20), job(1, 16, iterations=400, arrival=1.0)]
+    j0, j1 = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False))
+    assert j0.placement == {"c": 16} and j1.placement == {"a": 8, "b": 8} and not j1.placed_impaired
+    T = j0.end_s + 1.0
+    ev = CapacityEvent(time_s=T, cluster="d", gpus=8, notice_s=0.0, return_s=T + 1.0)
+    _, kept = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, capacity_events=(ev,)))
+    assert kept.placement == {"a": 8, "b": 8} and kept.replanned == 0 and kept.end_s == pytest.approx(j1.end_s)
+
+
+def test_a_link_back_up_moves_the_job_placed_round_it():
+    """a-b is down from 0 s to U, the other links thin: j1 (16 GPUs, at 1 s) is placed over a thin link
+    and, once a-b is back up, planned again and moved onto a-b."""
+    topo = topology({"a": 8, "b": 8, "c": 8}, [("a", "b", 1.0), ("a", "c", 0.01), ("b", "c", 0.01)])
+    jobs = [job(1, 16, iterations=400, arrival=1.0)]
+    U = 30.0
+    events = (wan(0.0, "a", "b", up=False), wan(U, "a", "b", up=True))
+    (on,) = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, wan_events=events))
+    (off,) = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, wan_events=events, replan=False))
+    assert off.replanned == 0 and off.placement != {"a": 8, "b": 8}
+    assert on.replanned == 1 and on.placement == {"a": 8, "b": 8} and on.end_s < off.end_s
