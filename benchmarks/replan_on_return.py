@@ -1,0 +1,105 @@
+"""Spot GPUs withdrawn and returned: SpinSearch with and without re-planning once they are back.
+
+A job SpinSearch places while a cluster's GPUs are withdrawn lands on what is left; once they
+come back it is planned again and moves when that pays (docs/wan-events.md). This replays, in
+the simulator, the headline's synthetic traces (``trace generate --topology T --load L``, here
+on paper8) with seeded spot withdrawals: each takes one cluster's GPUs whole, at a time drawn
+over the span of the arrivals, with 120 s of notice, for 2-8 hours (a draw that would overlap
+another withdrawal of the same cluster is skipped). SpinSearch runs at the shared scheduler's
+defaults (FIFO, admission on), once with re-planning and once with ``--no-replan``; overhead is
+not charged, so both replays are deterministic and differ only by the rule.
+
+    .venv/bin/python benchmarks/replan_on_return.py [--jobs 100] [--seeds 5] [--loads 0.5,0.7,0.9]
+        [--withdrawals 8] [--out FILE]
+
+prints (and with ``--out`` writes) a Markdown table: per load and seed, SpinSearch's avg JCT
+with re-planning and without, their ratio (> 1: re-planning is better), and the re-placements
+(stops and moves) of each replay; then per load the geometric mean and the minimum ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from headline import synthetic  # noqa: E402  (benchmarks/headline.py: the same traces)
+
+from spiderflow.bench import machine  # noqa: E402
+from spiderflow.provenance import provenance  # noqa: E402
+from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
+from spiderflow.simulate.metrics import summarise  # noqa: E402
+from spiderflow.topology import Topology, load_topology  # noqa: E402
+from spiderflow.wan import CapacityEvent  # noqa: E402
+
+TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "paper8.yaml"
+NOTICE_S = 120.0
+HOURS = (2.0, 8.0)
+
+
+def withdrawals(topo: Topology, span_s: float, seed: int, count: int) -> tuple[CapacityEvent, ...]:
+    """``count`` draws of one cluster's GPUs gone for 2-8 h at a time in [0, span_s]; a draw that
+    overlaps another of the same cluster is skipped."""
+    rng, taken, events = random.Random(seed), {}, []
+    for _ in range(count):
+        cluster = rng.choice(topo.clusters)
+        t = rng.uniform(0.0, span_s)
+        back = t + rng.uniform(*HOURS) * 3600.0
+        if any(t <= b and a <= back for a, b in taken.get(cluster.name, [])):
+            continue
+        taken.setdefault(cluster.name, []).append((t, back))
+        events.append(CapacityEvent(time_s=t, cluster=cluster.name, gpus=cluster.total_gpus, notice_s=NOTICE_S,
+                                    return_s=back))
+    return tuple(sorted(events, key=lambda e: e.time_s))
+
+
+def replay(topo: Topology, jobs, events, replan: bool) -> tuple[float, int]:
+    """SpinSearch's avg JCT and re-placements (stops and moves) on ``jobs`` under ``events``."""
+    records = simulate(topo, jobs, SimConfig(planner="spinsearch", capacity_events=events, replan=replan))
+    return summarise(records, topo.total_gpus)["avg_jct_s"], sum(r.replanned for r in records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=100)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--loads", default="0.5,0.7,0.9")
+    p.add_argument("--withdrawals", type=int, default=8)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    topo = load_topology(TOPOLOGY)
+    start, cpu0 = time.time(), time.process_time()
+    lines = ["| load | seed | withdrawals | avg JCT with re-planning (h) | with `--no-replan` (h) | ratio "
+             "| re-placements with / without |", "|---|---:|---:|---:|---:|---:|---|"]
+    ratios: dict[str, list[float]] = {}
+    for load in (float(x) for x in args.loads.split(",")):
+        for seed in range(args.seeds):
+            case = synthetic(topo, load, seed, args.jobs)
+            events = withdrawals(topo, max(j.arrival_s for j in case.jobs), seed, args.withdrawals)
+            (on, moved_on), (off, moved_off) = (replay(topo, case.jobs, events, r) for r in (True, False))
+            ratios.setdefault(f"{load:g}", []).append(off / on)
+            lines.append(f"| {load:g} | {seed} | {len(events)} | {on / 3600:.2f} | {off / 3600:.2f} | {off / on:.4f}x "
+                         f"| {moved_on} / {moved_off} |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    lines += ["", "| load | geometric mean of the ratios | minimum |", "|---|---:|---:|"]
+    for load, rs in ratios.items():
+        lines.append(f"| {load} | {math.exp(sum(map(math.log, rs)) / len(rs)):.4f}x | {min(rs):.4f}x |")
+    prov = provenance(argv)
+    lines = [f"# Re-planning once spot GPUs return ({args.jobs} jobs of paper8's synthetic traces, "
+             f"{args.withdrawals} withdrawals drawn per seed)", "",
+             f"{prov['started']}, {machine()}, commit {prov['git_commit']}; {time.time() - start:.0f} s wall, "
+             f"{time.process_time() - cpu0:.0f} s CPU. Command: `{' '.join(prov['argv'])}`", "", *lines, ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
