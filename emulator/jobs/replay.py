@@ -107,7 +107,7 @@ class RunConfig:
     time_limit_s: float = DEFAULT_TIME_LIMIT_S
     search_budget: int | None = None
     wait: bool = True  # SpinSearch's topology-aware admission (spiderflow.scheduling)
-    replan: bool = True  # SpinSearch may move a running job a WAN change made much slower (--no-replan)
+    replan: bool = True  # SpinSearch may move a job a WAN change slowed, or placed while impaired (--no-replan)
     iterations: int = 6
     warmup: int = 2
     time_scale: float = 10.0

@@ -99,7 +99,7 @@ class SimConfig:
     # a changing network (docs/wan-events.md); empty: a static one, and the run is as without them
     wan_events: tuple[WanEvent, ...] = ()
     capacity_events: tuple[CapacityEvent, ...] = ()
-    replan: bool = True  # SpinSearch may move a running job a change made much slower (--no-replan)
+    replan: bool = True  # SpinSearch may move a job a change slowed, or placed while impaired (--no-replan)
     replan_threshold: float = REPLAN_THRESHOLD  # ... when its iteration time grew past this multiple
     checkpoint_save_gbps: float = CHECKPOINT_SAVE_GBPS  # restart cost (changes.restart_cost_s)
     checkpoint_load_gbps: float = CHECKPOINT_LOAD_GBPS

@@ -37,7 +37,8 @@ def add_replan_argument(p: argparse.ArgumentParser) -> None:
     """``--no-replan``: SpinSearch's voluntary re-planning off (docs/wan-events.md)."""
     p.add_argument("--no-replan", dest="replan", action="store_false",
                    help="SpinSearch keeps a running job's plan unless a change forces it off (default: it "
-                        "re-plans a job a WAN change made 1.5x slower when the move pays for its restart)")
+                        "re-plans a job a WAN change made 1.5x slower, and one placed while a link was down or GPUs "
+                        "withdrawn once they are back, when the move pays for its restart)")
 
 
 def load_changes(args, topo) -> dict:
