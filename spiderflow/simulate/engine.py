@@ -156,6 +156,7 @@ class Simulation:
             if changed:
                 self._reshare(now)
             if self.changes and self.changes.replan(kind, now):
+                self._schedule(now)  # the GPUs a move left go to the queue now, as the emulator's next pass has them
                 self._reshare(now)
         return self.records
 

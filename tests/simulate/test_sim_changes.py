@@ -221,6 +221,25 @@ def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_retur
     assert blind.replanned == 0
 
 
+def test_the_gpus_a_move_frees_go_to_the_queue_at_once():
+    """c (16 RTX 4090s) is withdrawn until R: j1 (gpt3-1.3b) starts on a-b (A100s); j2 (llama2-70b,
+    which does not fit c's memory) arrives and waits. At R j2 still cannot use c, j1 moves there, and
+    j2 starts at once on the a-b GPUs j1 left (as the emulator's next pass does), not when j1 ends."""
+    topo = parse_topology({"name": "t", "clusters": [
+        {"name": "a", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
+        {"name": "b", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
+        {"name": "c", "gpu": "rtx4090", "nodes": 2, "gpus_per_node": 8}],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1.0, "latency_ms": 10.0},
+                  {"a": "b", "b": "c", "bandwidth_gbps": 1.0, "latency_ms": 10.0}]})
+    big = Job(job_id="j2", arrival_s=2.0, model="llama2-70b", gpus=16, iterations=10, global_batch=16, seq_len=1024)
+    jobs = [job(1, 16, iterations=400, arrival=1.0), big]
+    R = 60.0
+    ev = CapacityEvent(time_s=0.0, cluster="c", gpus=16, notice_s=0.0, return_s=R)
+    j1, j2 = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, capacity_events=(ev,)))
+    assert j1.placement == {"c": 16} and j1.replanned == 1
+    assert j2.placement == {"a": 8, "b": 8} and j2.start_s == pytest.approx(R)
+
+
 def test_a_lifted_impairment_leaves_a_job_placed_before_it_where_it_is():
     """j1 starts across a-b while j0 holds c (the pool whole); d's GPUs are withdrawn after j0 ended
     and come back at R. Only jobs placed while the pool was short are planned again then: j1 stays,
