@@ -10,11 +10,12 @@ defaults (FIFO, admission on), once with re-planning and once with ``--no-replan
 not charged, so both replays are deterministic and differ only by the rule.
 
     .venv/bin/python benchmarks/replan_on_return.py [--jobs 100] [--seeds 5] [--loads 0.5,0.7,0.9]
-        [--withdrawals 8] [--out FILE]
+        [--withdrawals 8,24] [--out FILE]
 
-prints (and with ``--out`` writes) a Markdown table: per load and seed, SpinSearch's avg JCT
-with re-planning and without, their ratio (> 1: re-planning is better), and the re-placements
-(stops and moves) of each replay; then per load the geometric mean and the minimum ratio.
+prints (and with ``--out`` writes) Markdown tables, one per number of withdrawals drawn: per load
+and seed, SpinSearch's avg JCT with re-planning and without, their ratio (> 1: re-planning is
+better), and the re-placements (stops and moves) of each replay; then per load the geometric mean
+and the minimum ratio.
 """
 
 from __future__ import annotations
@@ -64,23 +65,15 @@ def replay(topo: Topology, jobs, events, replan: bool) -> tuple[float, int]:
     return summarise(records, topo.total_gpus)["avg_jct_s"], sum(r.replanned for r in records)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--jobs", type=int, default=100)
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--loads", default="0.5,0.7,0.9")
-    p.add_argument("--withdrawals", type=int, default=8)
-    p.add_argument("--out", type=Path)
-    args = p.parse_args(argv)
-    topo = load_topology(TOPOLOGY)
-    start, cpu0 = time.time(), time.process_time()
+def table(topo: Topology, args, count: int) -> list[str]:
+    """The Markdown rows for ``count`` withdrawals drawn per trace: per load and seed, then per load."""
     lines = ["| load | seed | withdrawals | avg JCT with re-planning (h) | with `--no-replan` (h) | ratio "
              "| re-placements with / without |", "|---|---:|---:|---:|---:|---:|---|"]
     ratios: dict[str, list[float]] = {}
     for load in (float(x) for x in args.loads.split(",")):
         for seed in range(args.seeds):
             case = synthetic(topo, load, seed, args.jobs)
-            events = withdrawals(topo, max(j.arrival_s for j in case.jobs), seed, args.withdrawals)
+            events = withdrawals(topo, max(j.arrival_s for j in case.jobs), seed, count)
             (on, moved_on), (off, moved_off) = (replay(topo, case.jobs, events, r) for r in (True, False))
             ratios.setdefault(f"{load:g}", []).append(off / on)
             lines.append(f"| {load:g} | {seed} | {len(events)} | {on / 3600:.2f} | {off / 3600:.2f} | {off / on:.4f}x "
@@ -89,11 +82,25 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "| load | geometric mean of the ratios | minimum |", "|---|---:|---:|"]
     for load, rs in ratios.items():
         lines.append(f"| {load} | {math.exp(sum(map(math.log, rs)) / len(rs)):.4f}x | {min(rs):.4f}x |")
-    prov = provenance(argv)
-    lines = [f"# Re-planning once spot GPUs return ({args.jobs} jobs of paper8's synthetic traces, "
-             f"{args.withdrawals} withdrawals drawn per seed)", "",
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=100)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--loads", default="0.5,0.7,0.9")
+    p.add_argument("--withdrawals", default="8,24", help="withdrawals drawn per trace, one table each")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    topo = load_topology(TOPOLOGY)
+    prov, start, cpu0 = provenance(argv), time.time(), time.process_time()
+    body: list[str] = []
+    for count in (int(x) for x in args.withdrawals.split(",")):
+        body += [f"## {count} withdrawals drawn per trace", "", *table(topo, args, count), ""]
+    lines = [f"# Re-planning once spot GPUs return ({args.jobs} jobs of paper8's synthetic traces)", "",
              f"{prov['started']}, {machine()}, commit {prov['git_commit']}; {time.time() - start:.0f} s wall, "
-             f"{time.process_time() - cpu0:.0f} s CPU. Command: `{' '.join(prov['argv'])}`", "", *lines, ""]
+             f"{time.process_time() - cpu0:.0f} s CPU. Command: `{' '.join(prov['argv'])}`", "", *body]
     text = "\n".join(lines)
     print(text)
     if args.out:
