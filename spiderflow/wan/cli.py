@@ -1,7 +1,7 @@
-"""The ``wan`` subcommands: ``wan generate`` (a diurnal pattern and outages) and ``wan check``
-(load a WAN or capacity events file against a topology); and the ``--wan-events``,
-``--capacity-events`` and ``--no-replan`` options that ``simulate`` and ``compare`` share (``emulator
-run`` and ``compare`` share ``--no-replan``)."""
+"""The ``wan`` subcommands: ``wan generate`` (a diurnal pattern and outages), ``wan spot`` (spot
+withdrawals of GPUs) and ``wan check`` (load a WAN or capacity events file against a topology); and
+the ``--wan-events``, ``--capacity-events`` and ``--no-replan`` options that ``simulate`` and
+``compare`` share (``emulator run`` and ``compare`` share ``--no-replan``)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from spiderflow.traces.cli import printable
 from spiderflow.wan.capacity import load_capacity_events
 from spiderflow.wan.events import format_wan_events, load_wan_events, resolve_link
 from spiderflow.wan.generate import WanPattern, generate_wan_events
+from spiderflow.wan.spot import SpotPattern, format_capacity_events, generate_spot_events
 
 MAX_HOURS = 24 * 366.0
 MAX_OUTAGES = 10_000
+MAX_WITHDRAWALS = 10_000
 
 
 def add_change_arguments(p: argparse.ArgumentParser) -> None:
@@ -78,6 +80,28 @@ def add_wan(sub) -> None:
     g.add_argument("--out", type=output_file, required=True, help="CSV file to write")
     g.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     g.set_defaults(func=cmd_wan_generate)
+    sp = SpotPattern()
+    s = wsub.add_parser("spot", help="a reproducible capacity events file: spot withdrawals of clusters' GPUs")
+    s.add_argument("--topology", default="default",
+                   help="topology YAML, or a shipped name: " + ", ".join(shipped.names("topology"))
+                        + " (default %(default)s)")
+    s.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    s.add_argument("--hours", type=float_in(0.0, MAX_HOURS, "hours"), default=sp.hours,
+                   help="horizon on the trace's clock in which withdrawals start (default %(default)g)")
+    s.add_argument("--withdrawals", type=int_in(1, MAX_WITHDRAWALS), default=sp.withdrawals,
+                   help=f"withdrawals drawn (a cluster's overlapping ones merge), 1..{MAX_WITHDRAWALS:,} "
+                        "(default %(default)s)")
+    s.add_argument("--notice-s", type=float_in(0.0, 86_400.0, "seconds", lo_open=False), default=sp.notice_s,
+                   help="seconds of notice before each (default %(default)g, EC2's spot interruption notice)")
+    s.add_argument("--min-hours", type=float_in(0.0, MAX_HOURS, "hours"), default=sp.min_hours,
+                   help="shortest withdrawal (default %(default)g)")
+    s.add_argument("--max-hours", type=float_in(0.0, MAX_HOURS, "hours"), default=sp.max_hours,
+                   help="longest withdrawal (default %(default)g)")
+    s.add_argument("--share", type=float_in(0.0, 1.0), default=sp.share,
+                   help="share of the cluster's GPUs each takes, rounded up, in (0, 1] (default %(default)g)")
+    s.add_argument("--out", type=output_file, required=True, help="CSV file to write")
+    s.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    s.set_defaults(func=cmd_wan_spot)
     c = wsub.add_parser("check", help="load and validate a WAN or capacity events file against a topology")
     c.add_argument("file", help="events CSV")
     c.add_argument("--topology", default="default", help="topology YAML, or a shipped name (default %(default)s)")
@@ -122,6 +146,40 @@ def cmd_wan_generate(args) -> int:
     else:
         print(f"wrote {printable(args.out)}: {len(events)} rows over {pattern.hours:g} h on {len(topo.links)} links "
               f"of {topo.name} ({pattern.outages} outage(s); seed {args.seed})")
+    return 0
+
+
+def cmd_wan_spot(args) -> int:
+    topo = load_topology(args.topology)
+    if args.min_hours > args.max_hours:
+        raise ConfigError(f"wan spot: --min-hours {args.min_hours:g} is more than --max-hours {args.max_hours:g}; "
+                          "raise --max-hours or lower --min-hours")
+    try:
+        pattern = SpotPattern(hours=args.hours, withdrawals=args.withdrawals, notice_s=args.notice_s,
+                              min_hours=args.min_hours, max_hours=args.max_hours, share=args.share)
+    except ValueError:
+        raise ConfigError(f"wan spot: --notice-s {args.notice_s:g} must be shorter than --hours {args.hours:g} "
+                          "(withdrawals start after their notice); lengthen --hours") from None
+    events = generate_spot_events(topo, args.seed, pattern)
+    command = (f"python -m spiderflow wan spot --topology {shlex.quote(printable(args.topology))} "
+               f"--seed {args.seed} --hours {pattern.hours:g} --withdrawals {pattern.withdrawals} "
+               f"--notice-s {pattern.notice_s:g} --min-hours {pattern.min_hours:g} --max-hours {pattern.max_hours:g} "
+               f"--share {pattern.share:g} --out {shlex.quote(printable(args.out))}")
+    comment = (f"{command}\n{topo.name}: {len(events)} withdrawal(s) of {len(topo.clusters)} clusters "
+               f"({pattern.withdrawals} drawn; a cluster's overlapping ones merged); seed {args.seed}"
+               "\nformat: docs/wan-events.md")
+    try:
+        Path(args.out).write_text(format_capacity_events(events, comment=comment))
+    except OSError as exc:
+        raise ConfigError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
+    if args.json:
+        print(dumps({"out": printable(args.out), "topology": topo.name, "seed": args.seed, "rows": len(events),
+                     "drawn": pattern.withdrawals, "hours": pattern.hours, "notice_s": pattern.notice_s,
+                     "min_hours": pattern.min_hours, "max_hours": pattern.max_hours, "share": pattern.share,
+                     "gpu_hours": round(sum(ev.gpus * (ev.return_s - ev.time_s) for ev in events) / 3600, 3)}))
+    else:
+        print(f"wrote {printable(args.out)}: {len(events)} withdrawal(s) over {pattern.hours:g} h on {topo.name} "
+              f"({pattern.withdrawals} drawn; seed {args.seed})")
     return 0
 
 

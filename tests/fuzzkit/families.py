@@ -262,6 +262,8 @@ CLI_BASES: dict[str, list[list[str]]] = {
         ["wan", "generate", "--topology", "topologies/default.yaml", "--hours", "2", "--outages", "1",
          "--outage-link", "oregon-virginia", "--out", "out/w.csv"],
         ["wan", "check", "wan/capacity.csv", "--topology", "topologies/default.yaml", "--capacity"],
+        ["wan", "spot", "--topology", "topologies/default.yaml", "--seed", "2", "--hours", "12", "--withdrawals", "5",
+         "--notice-s", "60", "--min-hours", "1", "--max-hours", "3", "--share", "0.5", "--out", "out/s.csv", "--json"],
         ["simulate", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", *SIM,
          "--wan-events", "wan/default.csv", "--capacity-events", "wan/capacity.csv"],
     ],

@@ -114,6 +114,17 @@ def check_cli_output(argv: list[str], out: str) -> None:
         last = max(ev.time_s for ev in load_wan_events(args.out, load_topology(args.topology)))
         if last > args.hours * 3600:
             raise Problem(f"wan generate wrote an event at {last:g} s, past --hours {args.hours:g}")
+    elif args.command == "wan" and args.wan_cmd == "spot":
+        from spiderflow.wan.capacity import load_capacity_events
+
+        if args.json:
+            strict_json(out, "wan spot --json")
+        if not Path(args.out).is_file():  # /dev/null: written, and gone
+            return
+        events = load_capacity_events(args.out, load_topology(args.topology))
+        if len(events) > args.withdrawals or any(not args.notice_s <= ev.time_s < args.hours * 3600 for ev in events):
+            raise Problem(f"wan spot wrote {len(events)} withdrawals (drew {args.withdrawals}), or one outside "
+                          f"[--notice-s, --hours) {[ev.time_s for ev in events][:5]}")
     elif args.command == "wan" and args.wan_cmd == "check":
         if args.json:
             doc = strict_json(out, "wan check --json")
