@@ -3,11 +3,12 @@
 A job SpinSearch places while a cluster's GPUs are withdrawn lands on what is left; once they
 come back it is planned again and moves when that pays (docs/wan-events.md). This replays, in
 the simulator, the headline's synthetic traces (``trace generate --topology T --load L``, here
-on paper8) with seeded spot withdrawals: each takes one cluster's GPUs whole, at a time drawn
-over the span of the arrivals, with 120 s of notice, for 2-8 hours (a draw that would overlap
-another withdrawal of the same cluster is skipped). SpinSearch runs at the shared scheduler's
-defaults (FIFO, admission on), once with re-planning and once with ``--no-replan``; overhead is
-not charged, so both replays are deterministic and differ only by the rule.
+on paper8) with seeded spot withdrawals (``wan spot --hours H --withdrawals N``, H the span of
+the arrivals, its defaults otherwise: each takes one cluster's GPUs whole, at a time drawn over
+the span, with 120 s of notice, for 2-8 hours; a cluster's overlapping ones merge). SpinSearch
+runs at the shared scheduler's defaults (FIFO, admission on), once with re-planning and once
+with ``--no-replan``; overhead is not charged, so both replays are deterministic and differ only
+by the rule.
 
     .venv/bin/python benchmarks/replan_on_return.py [--jobs 100] [--seeds 5] [--loads 0.5,0.7,0.9]
         [--withdrawals 8,24] [--out FILE]
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
 import time
 from pathlib import Path
@@ -36,27 +36,14 @@ from spiderflow.provenance import provenance  # noqa: E402
 from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
 from spiderflow.simulate.metrics import summarise  # noqa: E402
 from spiderflow.topology import Topology, load_topology  # noqa: E402
-from spiderflow.wan import CapacityEvent  # noqa: E402
+from spiderflow.wan.spot import SpotPattern, generate_spot_events  # noqa: E402
 
 TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "paper8.yaml"
-NOTICE_S = 120.0
-HOURS = (2.0, 8.0)
 
 
-def withdrawals(topo: Topology, span_s: float, seed: int, count: int) -> tuple[CapacityEvent, ...]:
-    """``count`` draws of one cluster's GPUs gone for 2-8 h at a time in [0, span_s]; a draw that
-    overlaps another of the same cluster is skipped."""
-    rng, taken, events = random.Random(seed), {}, []
-    for _ in range(count):
-        cluster = rng.choice(topo.clusters)
-        t = rng.uniform(0.0, span_s)
-        back = t + rng.uniform(*HOURS) * 3600.0
-        if any(t <= b and a <= back for a, b in taken.get(cluster.name, [])):
-            continue
-        taken.setdefault(cluster.name, []).append((t, back))
-        events.append(CapacityEvent(time_s=t, cluster=cluster.name, gpus=cluster.total_gpus, notice_s=NOTICE_S,
-                                    return_s=back))
-    return tuple(sorted(events, key=lambda e: e.time_s))
+def withdrawals(topo: Topology, span_s: float, seed: int, count: int) -> tuple:
+    """``wan spot --seed SEED --hours SPAN --withdrawals COUNT`` on ``topo``, in process."""
+    return tuple(generate_spot_events(topo, seed, SpotPattern(hours=span_s / 3600, withdrawals=count)))
 
 
 def replay(topo: Topology, jobs, events, replan: bool) -> tuple[float, int]:
@@ -67,7 +54,7 @@ def replay(topo: Topology, jobs, events, replan: bool) -> tuple[float, int]:
 
 def table(topo: Topology, args, count: int) -> list[str]:
     """The Markdown rows for ``count`` withdrawals drawn per trace: per load and seed, then per load."""
-    lines = ["| load | seed | withdrawals | avg JCT with re-planning (h) | with `--no-replan` (h) | ratio "
+    lines = ["| load | seed | withdrawals (merged) | avg JCT with re-planning (h) | with `--no-replan` (h) | ratio "
              "| re-placements with / without |", "|---|---:|---:|---:|---:|---:|---|"]
     ratios: dict[str, list[float]] = {}
     for load in (float(x) for x in args.loads.split(",")):
