@@ -19,20 +19,19 @@ real ranks:
   x K on the wall), holding their GPUs and hosts meanwhile, as the simulator
   charges it.
 
-- **Voluntary re-planning** (SpinSearch only, ``RunConfig.replan``): after a
-  WAN event, a running job whose predicted iteration time on the changed
-  network is more than :data:`~spiderflow.simulate.changes.REPLAN_THRESHOLD`
-  times its prediction when it was (re)placed is planned again on its GPUs
-  plus the free ones, its ranks fitting its hosts plus the free ones
-  (``Scheduler.replan``). It **moves** when the time that saves on the
-  iterations it has left (counted from its ranks' lines) exceeds the restart
-  cost: its ranks are ended, and its new ranks start on the new placement
-  after the restart cost, as a stopped job's do. Once a down link is back up or
-  withdrawn GPUs come back, and the queued jobs have had their scheduling pass,
-  a running job that was (re)placed while the network was impaired (a link
-  down or GPUs withdrawn) is planned again the same way, and moves when that
-  pays by the same rule. The simulator does the same, hosts counted (the
-  simulated replay of ``emulator compare``).
+- **Voluntary re-planning** (SpinSearch only, ``RunConfig.replan``): once a
+  change is in force and the queued jobs have had their scheduling pass, a
+  running job is planned again on its GPUs plus the free ones, its ranks
+  fitting its hosts plus the free ones (``Scheduler.replan``), when a WAN
+  change made its predicted iteration time more than
+  :data:`~spiderflow.simulate.changes.REPLAN_THRESHOLD` times its prediction
+  when it was (re)placed, or when a down link is back up or withdrawn GPUs
+  came back and it was (re)placed while the network was impaired (a link down
+  or GPUs withdrawn). It **moves** when the time that saves on the iterations
+  it has left (counted from its ranks' lines) exceeds the restart cost: its
+  ranks are ended, and its new ranks start on the new placement after the
+  restart cost, as a stopped job's do. The simulator does the same, hosts
+  counted (the simulated replay of ``emulator compare``).
 """
 
 from __future__ import annotations
@@ -56,6 +55,7 @@ class ReplayChanges:
         self.pool = CapacityPool()
         self.down: frozenset = frozenset()
         self.lifted: list[str] = []  # links back up and GPUs back since the last re-planning, as logged
+        self.wan_changed = False  # a WAN change came in force since the last re-planning
         steps = []
         for ev in capacity_events:
             steps.append((ev.notice_at_s, NOTICE, ev))
@@ -90,35 +90,27 @@ class ReplayChanges:
             if j.first_changed_t is None:
                 j.first_changed_t = applied.in_force_t
             j.predicted_after_s = r.predict_now(j)
-        self._replan_slowed()
+        self.wan_changed = True
 
-    def _replan_slowed(self) -> None:
-        """SpinSearch's voluntary re-planning after a WAN change in force (module docstring)."""
-        for j in self._replanning():
-            if j.predicted_after_s is not None and j.predicted_after_s > REPLAN_THRESHOLD * j.placed_s:
+    def replan(self) -> None:
+        """After the scheduling pass that follows a change: SpinSearch's voluntary re-planning of the
+        jobs a WAN change slowed, and once an impairment lifted, of those placed under it (module
+        docstring), as the simulator's ``Changes.replan`` does after its pass."""
+        r = self.runner
+        wan, self.wan_changed = self.wan_changed, False
+        lifted, self.lifted = self.lifted, []
+        if not (wan or lifted) or not r.cfg.replan or r.sched.cfg.planner_name not in REPLANNING:
+            return
+        # a job paying its restart cost is not iterating yet
+        for j in [j for j in r.sched.running if j.pending is None and j.placed_s is not None]:
+            if wan and j.predicted_after_s is not None and j.predicted_after_s > REPLAN_THRESHOLD * j.placed_s:
                 self._move_if_it_pays(j, j.predicted_after_s, (
                     f"the change made it {j.predicted_after_s / j.placed_s:.2f}x slower "
                     f"({j.predicted_after_s:.3f} s/iteration)"))
-
-    def replan_lifted(self) -> None:
-        """After the scheduling pass that follows a link back up or GPUs back: SpinSearch plans again the
-        running jobs it placed while the network was impaired (module docstring)."""
-        lifted, self.lifted = self.lifted, []
-        if not lifted:
-            return
-        for j in self._replanning():
-            if j.placed_impaired:
-                now_s = self.runner.predict_now(j)
+            elif lifted and j.placed_impaired:
+                now_s = r.predict_now(j)
                 self._move_if_it_pays(j, now_s, f"placed while the network was impaired ({now_s:.3f} s/iteration "
                                                 f"there), and {', '.join(lifted)}")
-
-    def _replanning(self) -> list:
-        """The running jobs voluntary re-planning may move (SpinSearch's, iterating), if it is on."""
-        r = self.runner
-        if not r.cfg.replan or r.sched.cfg.planner_name not in REPLANNING:
-            return []
-        # a job paying its restart cost is not iterating yet
-        return [j for j in r.sched.running if j.pending is None and j.placed_s is not None]
 
     def _move_if_it_pays(self, j, now_s: float, why: str) -> None:
         """Plan running ``j`` again; move it when the time the new plan saves over the iterations it has

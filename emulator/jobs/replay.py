@@ -407,7 +407,7 @@ class Runner:
                     if j.status == "queued" and j.admission and j.admission != said[id(j)]:
                         self.log(f"{j.job.job_id}: {j.admission}")
                 if self.changes is not None:
-                    self.changes.replan_lifted()
+                    self.changes.replan()
             time.sleep(POLL_S)
 
     def predict_now(self, j: JobRun) -> float:
