@@ -1,6 +1,8 @@
 """A WAN and a GPU pool that change under running jobs (docs/wan-events.md): finish times checked by
 hand from the cost model's predictions, restart costs, re-routing, re-planning and its ablation."""
 
+import dataclasses
+
 import pytest
 
 from spiderflow.costmodel import TopologyView, estimate
@@ -209,7 +211,7 @@ def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_retur
     cfg = SimConfig(planner="spinsearch", wait=False,
                     capacity_events=(CapacityEvent(time_s=0.0, cluster="c", gpus=16, notice_s=0.0, return_s=R),))
     (on,) = simulate(topo, jobs, cfg)
-    (off,) = simulate(topo, jobs, SimConfig(**{**cfg.__dict__, "replan": False}))
+    (off,) = simulate(topo, jobs, dataclasses.replace(cfg, replan=False))
     assert off.placement == {"a": 8, "b": 8} and off.replanned == 0 and off.placed_impaired
     assert off.end_s == pytest.approx(1.0 + 400 * alone(off, topo))
     left = 400 - (R - 1.0) / alone(off, topo)
@@ -217,7 +219,7 @@ def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_retur
     assert on.placement == {"c": 16} and on.replanned == 1 and not on.placed_impaired
     assert on.end_s == pytest.approx(R + cost + left * alone(on, topo)) and on.end_s < off.end_s
     assert on.lost_s == pytest.approx(cost)
-    (blind,) = simulate(topo, jobs, SimConfig(**{**cfg.__dict__, "planner": "blind"}))
+    (blind,) = simulate(topo, jobs, dataclasses.replace(cfg, planner="blind"))
     assert blind.replanned == 0
 
 
@@ -243,7 +245,7 @@ def test_the_gpus_a_move_frees_go_to_the_queue_at_once():
 def test_a_lifted_impairment_leaves_a_job_placed_before_it_where_it_is():
     """j1 starts across a-b while j0 holds c (the pool whole); d's GPUs are withdrawn after j0 ended
     and come back at R. Only jobs placed while the pool was short are planned again then: j1 stays,
-    although the free c would be faster (the slowed-job rule alone would move it, after a WAN event)."""
+    although the free c would be faster (were every running job planned again, j1 would move there)."""
     topo = topology({"a": 8, "b": 8, "c": 16, "d": 8}, [("a", "b", 1.0), ("b", "c", 1.0), ("c", "d", 1.0)])
     jobs = [job(0, 16, iterations=20), job(1, 16, iterations=400, arrival=1.0)]
     j0, j1 = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False))

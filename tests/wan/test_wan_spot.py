@@ -58,8 +58,8 @@ def test_withdrawals_start_after_their_notice_in_the_horizon_and_a_clusters_do_n
 
 
 def _one_cluster():
-    return parse_topology({"name": "one", "clusters": [{"name": "seoul", "gpu": "h100", "nodes": 1, "gpus_per_node": 8}],
-                           "links": []})
+    seoul = {"name": "seoul", "gpu": "h100", "nodes": 1, "gpus_per_node": 8}
+    return parse_topology({"name": "one", "clusters": [seoul], "links": []})
 
 
 def test_withdrawals_that_overlap_merge_into_one():
