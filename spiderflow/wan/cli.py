@@ -59,11 +59,7 @@ def add_wan(sub) -> None:
     p = sub.add_parser("wan", help="a WAN that changes under running jobs: events files")
     wsub = p.add_subparsers(dest="wan_cmd", required=True)
     d = WanPattern()
-    g = wsub.add_parser("generate", help="a reproducible WAN events file: diurnal bandwidth and random outages")
-    g.add_argument("--topology", default="default",
-                   help="topology YAML, or a shipped name: " + ", ".join(shipped.names("topology"))
-                        + " (default %(default)s)")
-    g.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    g = _generator(wsub, "generate", "a reproducible WAN events file: diurnal bandwidth and random outages")
     g.add_argument("--hours", type=float_in(0.0, MAX_HOURS, "hours"), default=d.hours,
                    help="horizon from 0 s on the trace's clock (default %(default)g)")
     g.add_argument("--step-s", type=float_in(0.0, 86_400.0, "seconds", lo_open=True), default=d.step_s,
@@ -77,15 +73,9 @@ def add_wan(sub) -> None:
     g.add_argument("--outage-s", type=float_in(0.0, 30 * 86_400.0, "seconds"), default=d.outage_s,
                    help="seconds each outage lasts (default %(default)g)")
     g.add_argument("--outage-link", metavar="A-B", help="the link every outage hits (default: drawn)")
-    g.add_argument("--out", type=output_file, required=True, help="CSV file to write")
-    g.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     g.set_defaults(func=cmd_wan_generate)
     sp = SpotPattern()
-    s = wsub.add_parser("spot", help="a reproducible capacity events file: spot withdrawals of clusters' GPUs")
-    s.add_argument("--topology", default="default",
-                   help="topology YAML, or a shipped name: " + ", ".join(shipped.names("topology"))
-                        + " (default %(default)s)")
-    s.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    s = _generator(wsub, "spot", "a reproducible capacity events file: spot withdrawals of clusters' GPUs")
     s.add_argument("--hours", type=float_in(0.0, MAX_HOURS, "hours"), default=sp.hours,
                    help="horizon on the trace's clock in which withdrawals start (default %(default)g)")
     s.add_argument("--withdrawals", type=int_in(1, MAX_WITHDRAWALS), default=sp.withdrawals,
@@ -99,8 +89,6 @@ def add_wan(sub) -> None:
                    help="longest withdrawal (default %(default)g)")
     s.add_argument("--share", type=float_in(0.0, 1.0), default=sp.share,
                    help="share of the cluster's GPUs each takes, rounded up, in (0, 1] (default %(default)g)")
-    s.add_argument("--out", type=output_file, required=True, help="CSV file to write")
-    s.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     s.set_defaults(func=cmd_wan_spot)
     c = wsub.add_parser("check", help="load and validate a WAN or capacity events file against a topology")
     c.add_argument("file", help="events CSV")
@@ -108,6 +96,18 @@ def add_wan(sub) -> None:
     c.add_argument("--capacity", action="store_true", help="the file holds capacity events")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_wan_check)
+
+
+def _generator(wsub, name: str, what: str) -> argparse.ArgumentParser:
+    """A generator's subcommand with the options ``generate`` and ``spot`` share."""
+    p = wsub.add_parser(name, help=what)
+    p.add_argument("--topology", default="default",
+                   help="topology YAML, or a shipped name: " + ", ".join(shipped.names("topology"))
+                        + " (default %(default)s)")
+    p.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")
+    p.add_argument("--out", type=output_file, required=True, help="CSV file to write")
+    p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    return p
 
 
 def cmd_wan_generate(args) -> int:

@@ -358,6 +358,18 @@ def iterations_logged(path) -> int:
     return sum(json.loads(line).get("event") == "iteration" for line in path.read_text().splitlines() if line)
 
 
+def run_on_three_clusters(inputs, trace: str, *extra) -> subprocess.CompletedProcess:
+    """`emulator run` of ``trace`` on the three clusters, 40 iterations, SpinSearch without admission
+    (--no-wait), at dilation 2, not auto's 4: half the wall time, for tests of a move, which do not
+    measure against the model."""
+    (inputs / "three.yaml").write_text(THREE_CLUSTERS_YAML)
+    (inputs / "three.csv").write_text(trace)
+    argv = run_argv(inputs, "--iterations", "40", "--no-wait", "--dilation", "2", *extra)
+    argv[argv.index("--topology") + 1] = str(inputs / "three.yaml")
+    argv[argv.index("--trace") + 1] = str(inputs / "three.csv")
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+
+
 @pytest.mark.root
 def test_spinsearch_moves_a_job_a_wan_change_slowed_to_the_gpus_freed_meanwhile(inputs, state_dir, assert_no_leak):
     """east-west falls to 0.1 Gbit/s at trace 30 s (3 s into the replay), after "hold" has left north
@@ -365,15 +377,8 @@ def test_spinsearch_moves_a_job_a_wan_change_slowed_to_the_gpus_freed_meanwhile(
     0.026 s on north, so SpinSearch moves it there (its ranks ended, the new ones started after the
     restart cost), where it runs the iterations it had left. Without the move it would take minutes
     (its simulation: 168 s; benchmarks/results/wan-replan/ measures both with 20 iterations)."""
-    (inputs / "three.yaml").write_text(THREE_CLUSTERS_YAML)
-    (inputs / "move.csv").write_text(MOVE_TRACE)
     (inputs / "events.csv").write_text(MOVE_EVENTS)
-    # dilation 2, not auto's 4: half the wall time, and nothing here measures against the model
-    argv = run_argv(inputs, "--iterations", "40", "--no-wait", "--dilation", "2",
-                    "--wan-events", str(inputs / "events.csv"))
-    argv[argv.index("--topology") + 1] = str(inputs / "three.yaml")
-    argv[argv.index("--trace") + 1] = str(inputs / "move.csv")
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+    done = run_on_three_clusters(inputs, MOVE_TRACE, "--wan-events", str(inputs / "events.csv"))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     jobs = {j["job_id"]: j for j in result["jobs"]}
@@ -398,14 +403,9 @@ def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_retur
     on east + west (0.55 s an iteration). When north's GPUs come back, SpinSearch plans again the job it
     placed while the pool was short and moves it there (0.026 s an iteration), where it runs the
     iterations it had left."""
-    (inputs / "three.yaml").write_text(THREE_CLUSTERS_YAML)
-    (inputs / "wan.csv").write_text("\n".join(MOVE_TRACE.splitlines()[::2]) + "\n")  # the header and "wan"
     (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n0,north,16,0,30\n")
-    argv = run_argv(inputs, "--iterations", "40", "--no-wait", "--dilation", "2",
-                    "--capacity-events", str(inputs / "capacity.csv"))
-    argv[argv.index("--topology") + 1] = str(inputs / "three.yaml")
-    argv[argv.index("--trace") + 1] = str(inputs / "wan.csv")
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+    wan_alone = "\n".join(MOVE_TRACE.splitlines()[::2]) + "\n"  # the header and "wan"
+    done = run_on_three_clusters(inputs, wan_alone, "--capacity-events", str(inputs / "capacity.csv"))
     assert done.returncode == 0, done.stderr[-3000:]
     wan, = json.loads(done.stdout)["jobs"]
     assert wan["status"] == "ok" and wan["placement"] == {"north": 16}, (wan, done.stderr[-3000:])
