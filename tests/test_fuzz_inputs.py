@@ -97,6 +97,14 @@ def _fake_main(behaviour: str):
             return 2
         if behaviour == "silent":
             return 3
+        if behaviour == "report":  # a public trace's import report, then the error (cli-compare:10 of seed 51)
+            print("scale: GPUs x8, a power of two in [8, 512]: raised 0 to 8, capped 0 at 512; 8 -> 64 (x3)\n"
+                  "result: 5 jobs arriving over 0.5 h; run time median 60.0 min, max 2.0 h\n"
+                  "error: data/philly.json: none of its 3 jobs can be placed", file=sys.stderr)
+            return 2
+        if behaviour == "stray":
+            print("warning: something\nerror: data/philly.json: none of its 3 jobs can be placed", file=sys.stderr)
+            return 2
         if behaviour == "surrogate":
             print("wrote \udcff")
             return 0
@@ -109,7 +117,8 @@ def _fake_main(behaviour: str):
 
 @pytest.mark.parametrize("behaviour, kind", [("raise", "traceback"), ("two-lines", "unclean"),
                                              ("long-line", "unclean"), ("silent", "unclean"),
-                                             ("surrogate", "traceback"), ("hang", "hang")])
+                                             ("surrogate", "traceback"), ("hang", "hang"),
+                                             ("report", "rejected"), ("stray", "unclean")])
 def test_run_main_reports_each_failure(behaviour, kind):
     crash, rc, out, err = run_main(_fake_main(behaviour), [], timeout_s=0.5)
     assert (crash or judge_exit(rc, out, err)).kind == kind

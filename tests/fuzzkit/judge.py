@@ -33,7 +33,10 @@ KINDS = ("accepted", "rejected", "traceback", "hang", "unclean", "badjson", "wro
 FAILURES = ("traceback", "hang", "unclean", "badjson", "wrong", "crash")
 MAX_MESSAGE_CHARS = 2000  # "one short line": a message holding a 128 KiB field is not one
 _TQDM = re.compile(r"\d+%\||\d+(?:\.\d+)?(?:it|job)/s\]|\[\d\d:\d\d<|^\s*\w*:\s+\d+%")
-_INFO = (re.compile(r": \d+ jobs \("), re.compile(r": \d+ of \d+ jobs rejected, e\.g\. "))
+# Lines a run may print on stderr before it fails: a trace's summary, the planners' rejections, and a
+# public trace's import report, what each mapping rule kept and dropped (spiderflow/traces/mapping.py)
+_INFO = (re.compile(r": \d+ jobs \("), re.compile(r": \d+ of \d+ jobs rejected, e\.g\. "),
+         re.compile(r"^(gpus|runtime|scale|result|unfinished=\w+|fractional=\w+): "))
 
 
 @dataclass(frozen=True)
