@@ -51,7 +51,7 @@ def generate_spot_events(topology: Topology, seed: int, pattern: SpotPattern = S
         spans[cluster.name].append((start, round(start + rng.uniform(pattern.min_hours, pattern.max_hours) * 3600, 3)))
     rows = []
     for order, cluster in enumerate(topology.clusters):
-        gpus = math.ceil(pattern.share * cluster.total_gpus)
+        gpus = math.ceil(round(pattern.share * cluster.total_gpus, 9))  # 0.28 x 25 is 7.000000000000001
         merged: list[list[float]] = []
         for start, end in sorted(spans[cluster.name]):
             if merged and start - pattern.notice_s <= merged[-1][1]:

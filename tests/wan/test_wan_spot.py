@@ -57,9 +57,15 @@ def test_withdrawals_start_after_their_notice_in_the_horizon_and_a_clusters_do_n
         assert all(b.time_s - b.notice_s > a.return_s for a, b in zip(mine, mine[1:]))
 
 
-def _one_cluster():
-    seoul = {"name": "seoul", "gpu": "h100", "nodes": 1, "gpus_per_node": 8}
+def _one_cluster(gpus: int = 8):
+    seoul = {"name": "seoul", "gpu": "h100", "nodes": 1, "gpus_per_node": gpus}
     return parse_topology({"name": "one", "clusters": [seoul], "links": []})
+
+
+@pytest.mark.parametrize("gpus, share, taken", [(25, 0.28, 7), (50, 0.56, 28), (8, 0.3, 3), (7, 1.0, 7), (3, 0.1, 1)])
+def test_a_share_of_the_gpus_is_rounded_up_and_exact_shares_are_not(gpus, share, taken):
+    (ev,) = generate_spot_events(_one_cluster(gpus), 0, SpotPattern(hours=1, withdrawals=1, share=share))
+    assert ev.gpus == taken
 
 
 def test_withdrawals_that_overlap_merge_into_one():
