@@ -47,8 +47,10 @@ def generate_spot_events(topology: Topology, seed: int, pattern: SpotPattern = S
     spans: dict[str, list[tuple[float, float]]] = {c.name: [] for c in topology.clusters}
     for _ in range(pattern.withdrawals):
         cluster = rng.choice(topology.clusters)
-        start = round(rng.uniform(pattern.notice_s, horizon), 3)
-        spans[cluster.name].append((start, round(start + rng.uniform(pattern.min_hours, pattern.max_hours) * 3600, 3)))
+        # times in ms, the start rounded down (below the horizon, not below the notice), the return up
+        start = max(pattern.notice_s, math.floor(rng.uniform(pattern.notice_s, horizon) * 1000) / 1000)
+        back = math.ceil((start + rng.uniform(pattern.min_hours, pattern.max_hours) * 3600) * 1000) / 1000
+        spans[cluster.name].append((start, back))
     rows = []
     for order, cluster in enumerate(topology.clusters):
         gpus = math.ceil(round(pattern.share * cluster.total_gpus, 9))  # 0.28 x 25 is 7.000000000000001
