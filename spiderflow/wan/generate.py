@@ -69,10 +69,12 @@ def fraction(t_s: float, offset_h: float, pattern: WanPattern) -> float:
     return 1 - pattern.diurnal_amplitude * (1 + math.cos(2 * math.pi * (hour - BUSY_HOUR_LOCAL) / 24)) / 2
 
 
-def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def merged_spans(spans: list[tuple[float, float]], lead: float = 0.0) -> list[tuple[float, float]]:
+    """``(start, end)`` spans sorted and merged: a span whose start, less ``lead``, is not after the end
+    of the one before joins it (outages of a link; a cluster's spot withdrawals, ``lead`` their notice)."""
     out: list[list[float]] = []
     for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
+        if out and s - lead <= out[-1][1]:
             out[-1][1] = max(out[-1][1], e)
         else:
             out.append([s, e])
@@ -94,7 +96,7 @@ def generate_wan_events(topology: Topology, seed: int, pattern: WanPattern = Wan
     steps = [k * pattern.step_s for k in range(math.ceil(horizon / pattern.step_s))]
     rows = []
     for order, link in enumerate(topology.links):
-        down = _merged(spans[link.key])
+        down = merged_spans(spans[link.key])
         times = sorted(set(steps) | {t for span in down for t in span})
         for t in times:
             up = not any(s <= t < e for s, e in down)

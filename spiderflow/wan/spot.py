@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from spiderflow.topology import Topology
 from spiderflow.wan.capacity import COLUMNS, CapacityEvent
+from spiderflow.wan.generate import merged_spans
 
 EC2_NOTICE_S = 120.0  # "Spot Instance interruption notices", EC2 user guide
 
@@ -54,14 +55,9 @@ def generate_spot_events(topology: Topology, seed: int, pattern: SpotPattern = S
     rows = []
     for order, cluster in enumerate(topology.clusters):
         gpus = math.ceil(round(pattern.share * cluster.total_gpus, 9))  # 0.28 x 25 is 7.000000000000001
-        merged: list[list[float]] = []
-        for start, end in sorted(spans[cluster.name]):
-            if merged and start - pattern.notice_s <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
         rows += [(start, order, CapacityEvent(time_s=start, cluster=cluster.name, gpus=gpus,
-                                              notice_s=pattern.notice_s, return_s=end)) for start, end in merged]
+                                              notice_s=pattern.notice_s, return_s=end))
+                 for start, end in merged_spans(spans[cluster.name], lead=pattern.notice_s)]
     rows.sort(key=lambda r: (r[0], r[1]))
     return [ev for _, _, ev in rows]
 
