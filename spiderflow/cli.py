@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from spiderflow import __version__, shipped
 from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, dumps, int_in, run_main,
                                 int_list, make_output_dir, name_list, output_dir, output_file, seed_arg,
-                                time_limit_arg)
+                                time_limit_arg, write_output_file)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError, SpiderFlowError
@@ -164,10 +163,7 @@ def cmd_topology_generate(args) -> int:
     from spiderflow.traces.cli import printable
 
     topo = generate_topology(args.clusters, args.seed)
-    try:
-        Path(args.out).write_text(topology_to_yaml(topo, seed=args.seed))
-    except OSError as exc:
-        raise ConfigError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
+    write_output_file(args.out, topology_to_yaml(topo, seed=args.seed))
     if args.json:
         print(dumps({"out": printable(args.out), "seed": args.seed, **topology_summary(topo)}))
     else:

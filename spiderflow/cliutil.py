@@ -224,6 +224,15 @@ def output_file(text: str) -> str:
     return _path_checked(_check_file, text)
 
 
+def write_output_file(path: str, text: str, flag: str = "--out") -> None:
+    """Write ``text`` to ``path`` (an :func:`output_file`); what the file system still refuses (a full
+    disk, a read-only mount) is one ConfigError line naming ``flag``."""
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
+
+
 def json_safe(value: Any) -> Any:
     """``value`` with every NaN or infinite float replaced by None: JSON has no such numbers."""
     if isinstance(value, float):

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 
 from spiderflow import shipped
-from spiderflow.cliutil import MAX_SEED, dumps, float_in, int_in, output_file, seed_arg
+from spiderflow.cliutil import MAX_SEED, dumps, float_in, int_in, output_file, seed_arg, write_output_file
 from spiderflow.errors import ConfigError
 from spiderflow.topology import load_topology
 from spiderflow.traces.cli import printable
@@ -133,10 +132,7 @@ def cmd_wan_generate(args) -> int:
     comment = (f"{command.strip()}\n{topo.name}: {len(topo.links)} links; diurnal amplitude "
                f"{pattern.diurnal_amplitude:g}, {pattern.outages} outage(s) of {pattern.outage_s:g} s; seed {args.seed}"
                "\nformat: docs/wan-events.md")
-    try:
-        Path(args.out).write_text(format_wan_events(events, comment=comment))
-    except OSError as exc:
-        raise ConfigError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
+    write_output_file(args.out, format_wan_events(events, comment=comment))
     downs = sum(1 for ev in events if not ev.up)
     if args.json:
         print(dumps({"out": printable(args.out), "topology": topo.name, "seed": args.seed, "rows": len(events),
@@ -168,10 +164,7 @@ def cmd_wan_spot(args) -> int:
     comment = (f"{command}\n{topo.name}: {len(events)} withdrawal(s) of {len(topo.clusters)} clusters "
                f"({pattern.withdrawals} drawn; a cluster's overlapping ones merged); seed {args.seed}"
                "\nformat: docs/wan-events.md")
-    try:
-        Path(args.out).write_text(format_capacity_events(events, comment=comment))
-    except OSError as exc:
-        raise ConfigError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
+    write_output_file(args.out, format_capacity_events(events, comment=comment))
     if args.json:
         print(dumps({"out": printable(args.out), "topology": topo.name, "seed": args.seed, "rows": len(events),
                      "drawn": pattern.withdrawals, "hours": pattern.hours, "notice_s": pattern.notice_s,
