@@ -15,9 +15,11 @@ from spiderflow.wan import CapacityEvent, WanEvent
 from spiderflow.workload import Job
 
 
-def topology(gpus, links):
+def topology(gpus, links, kinds=None):
+    """One node of ``gpus[name]`` GPUs per cluster, A100-80GB unless ``kinds`` names another."""
+    kinds = kinds or {}
     return parse_topology({"name": "t", "clusters": [
-        {"name": n, "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": g} for n, g in gpus.items()],
+        {"name": n, "gpu": kinds.get(n, "a100-80gb"), "nodes": 1, "gpus_per_node": g} for n, g in gpus.items()],
         "links": [{"a": a, "b": b, "bandwidth_gbps": bw, "latency_ms": 10.0} for a, b, bw in links]})
 
 
@@ -227,12 +229,7 @@ def test_the_gpus_a_move_frees_go_to_the_queue_at_once():
     """c (16 RTX 4090s) is withdrawn until R: j1 (gpt3-1.3b) starts on a-b (A100s); j2 (llama2-70b,
     which does not fit c's memory) arrives and waits. At R j2 still cannot use c, j1 moves there, and
     j2 starts at once on the a-b GPUs j1 left (as the emulator's next pass does), not when j1 ends."""
-    topo = parse_topology({"name": "t", "clusters": [
-        {"name": "a", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
-        {"name": "b", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
-        {"name": "c", "gpu": "rtx4090", "nodes": 2, "gpus_per_node": 8}],
-        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1.0, "latency_ms": 10.0},
-                  {"a": "b", "b": "c", "bandwidth_gbps": 1.0, "latency_ms": 10.0}]})
+    topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)], kinds={"c": "rtx4090"})
     big = Job(job_id="j2", arrival_s=2.0, model="llama2-70b", gpus=16, iterations=10, global_batch=16, seq_len=1024)
     jobs = [job(1, 16, iterations=400, arrival=1.0), big]
     R = 60.0
