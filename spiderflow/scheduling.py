@@ -48,9 +48,16 @@ them). It releases a job's GPUs and hosts when the driver says it stopped.
   less. A waiting job reserves the GPUs of that placement: a
   later job may start meanwhile (it does not block the queue) unless it would
   still hold GPUs the reservation needs at its time. A waiting job keeps its
-  decision, unplanned, until what it waits for happens (one of those jobs
-  ends, their expected end passes, the network changes, or the reserved GPUs
-  are no longer expected free). A job that wants more GPUs than are free
+  decision, unplanned, until what it waits for happens: the time it expects
+  to start comes, the network changes, the reserved GPUs are no longer
+  expected free, or one of the jobs it waits for ends other than as weighed.
+  An end it weighed as a start time and passed over by more than the margin
+  leaves the decision standing when met within :data:`END_SLACK` of its wait,
+  with no more GPUs free and no link lighter than it weighed there, no link
+  heavier at its own start than it weighed, and that option still dearer by
+  the margin under the queue's weight now (a decision then would weigh the
+  same options); any other end of a job it waits for decides it again.
+  A job that wants more GPUs than are free
   reserves, unplanned, the GPUs of its plan with the whole topology from the
   first expected end that frees them all, and waits so, instead of holding
   the queue until enough GPUs are free (EASY backfill, Lifka 1995, with
@@ -97,6 +104,7 @@ from spiderflow.workload import Job
 DEFAULT_TIME_LIMIT_S = 10.0  # ILP solver limit per decision (the planner library's own default is 60 s)
 LOOKAHEAD = 3  # expected end times of running jobs a waiting decision looks at
 WAIT_MARGIN = 0.05  # wait only when that costs less by more than this share of its run now
+END_SLACK = 0.05  # a weighed end met within this share of the wait leaves a waiting decision standing
 ADMITTING = ("spinsearch",)  # planners that decide between starting now and waiting
 DETERMINISTIC = ("spinsearch",)  # planners whose answer is a function of the request (memoised per state)
 MEMO_SIZE = 4096  # planner answers kept per scheduler (LRU)
@@ -209,6 +217,14 @@ class _Reservation:
     at_s: float
     gpus: dict[str, int]
     topology: Topology | None = None
+    # admission's decision to wait (Scheduler._passed): the jobs it waits for whose expected ends it weighed as
+    # start times and passed over (id: that end, what it weighed there, and the option's run time or None), how
+    # near those ends they may end for the decision to stand (END_SLACK of the wait), its run time from at_s and
+    # the others' link load it weighed then
+    passed: dict[str, tuple[float, _Moment, float | None]] = field(default_factory=dict)
+    slack_s: float = 0.0
+    run_s: float = 0.0
+    load_then: dict = field(default_factory=dict)
 
 
 def _state_key(free: dict[str, int], load: dict[tuple[str, str], float]) -> tuple:
@@ -261,6 +277,7 @@ class Scheduler:
         self._moments: dict[float | None, _Moment] = {}
         self._moments_free: tuple[int, ...] | None = None
         self._ids: set[str] | None = None
+        self._ended: dict[str, float | None] = {}  # when each job that stopped running ended (None: stopped)
 
     def set_network(self, topology: Topology, down: Iterable[tuple[str, str]] = ()) -> None:
         """Plan on ``topology`` (the links' current figures) from now on; no route may cross ``down``."""
@@ -277,6 +294,7 @@ class Scheduler:
     def release(self, rec: JobRecord) -> None:
         """``rec`` stopped running (done, failed, interrupted): its GPUs and hosts are free again."""
         self.running.remove(rec)
+        self._ended[rec.job.job_id] = rec.end_s
         self._forget_moments()
         for c, g in rec.placement.items():
             self.free[c] += g
@@ -331,22 +349,50 @@ class Scheduler:
         return self._pass_queued
 
     def _keeps_waiting(self, rec: JobRecord, now: float) -> bool:
-        """A job that chose to wait keeps that decision, unplanned, until what it waits for happens:
-        one of the jobs it waits for ends, their expected end passes, the network changes, or the
-        GPUs it expects are no longer expected free then (GPUs withdrawn). Meanwhile arrivals cannot
-        improve its options, and jobs that passed it did not delay it, so planning it again at every
-        event would reach the same decision; on a deep queue that re-planning made the simulator
-        quadratic (300 jobs of the 64-cluster synthetic trace: over 100 s of CPU, 25 s without it)."""
+        """A job that chose to wait keeps that decision, unplanned, until what it waits for happens
+        (module docstring; :meth:`_passes` for an end of a job it waits for). Meanwhile arrivals
+        cannot improve its options and jobs that passed it did not delay it, so planning it again
+        would weigh the same options: on a deep queue that re-planning at every event made the
+        simulator quadratic (300 jobs of the 64-cluster synthetic trace: over 100 s of CPU, 25 s
+        without it). Re-planning at every end of a job it waits for, also one it had weighed and
+        that came as weighed, took 379.5 s of CPU on 10,000 jobs of the 600 s-gap trace against
+        272.5 s (simulator_speed.md, "Waiting decisions that stand")."""
         res = rec.reservation
         if res is None:
             return False
         running = self._running_ids()
         free = self._moment(res.at_s).free
-        if (now < res.at_s and res.topology is self.topo and all(j in running for j in rec.waits_for)
+        ended = [j for j in rec.waits_for if j not in running]
+        if (now < res.at_s and res.topology is self.topo and (not ended or self._passes(rec, res, ended, now))
                 and all(free[c] >= g for c, g in res.gpus.items())):
             return True
         rec.reservation = None
         return False
+
+    def _passes(self, rec: JobRecord, res: _Reservation, ended: list[str], now: float) -> bool:
+        """Does ``rec``'s decision to wait stand now that the jobs ``ended`` of those it waits for have
+        ended? Only at ends it weighed and passed over (:meth:`_passed`), each met within its slack,
+        with no more GPUs free and no link lighter now than it weighed at the last of them, no link
+        heavier at its start than it weighed then, and the option it weighed at that end still
+        dearer by the margin under the queue's weight now: a decision now would weigh the same options."""
+        entries = []
+        for j in ended:
+            entry, end = res.passed.get(j), self._ended.get(j)
+            if entry is None or end is None or abs(end - entry[0]) > res.slack_s:
+                return False
+            entries.append(entry)
+        _, then, run_s = max(entries, key=lambda e: e[0])
+        if any(self.free[c] > g for c, g in then.free.items()):
+            return False
+        load_now, load_at = self._moment(None).load, self._moment(res.at_s).load
+        if any(load_now.get(k, 0) < v for k, v in then.load.items()):
+            return False
+        if any(v > res.load_then.get(k, 0) for k, v in load_at.items()):
+            return False
+        if run_s is None:
+            return True
+        weight = self._weight(rec)
+        return res.at_s + (1 + weight) * res.run_s < now + (1 + weight - WAIT_MARGIN) * run_s
 
     def _reject(self, rec: JobRecord, reason: str) -> None:
         rec.status, rec.reason = "rejected", reason
@@ -470,10 +516,14 @@ class Scheduler:
                          f"plan with the whole topology ({placement_text(gpus.items())}), expected free at {at:.6g} s")
         return True
 
-    def _reserve(self, rec: JobRecord, at: float, gpus: dict[str, int], waits_for: list[str]) -> None:
+    def _reserve(self, rec: JobRecord, at: float, gpus: dict[str, int], waits_for: list[str],
+                 passed: dict | None = None, slack_s: float = 0.0, run_s: float = 0.0,
+                 load_then: dict | None = None) -> None:
         """``rec`` waits by choice for ``gpus`` (per cluster), expected free at ``at`` once the running
-        jobs ``waits_for`` have ended: its reservation, which later jobs of this pass must not delay."""
-        rec.reservation = _Reservation(rec.job.job_id, at, dict(gpus), self.topo)
+        jobs ``waits_for`` have ended: its reservation, which later jobs of this pass must not delay
+        (the rest: :class:`_Reservation`)."""
+        rec.reservation = _Reservation(rec.job.job_id, at, dict(gpus), self.topo, passed or {}, slack_s, run_s,
+                                       load_then or {})
         self._reservations.append(rec.reservation)
         rec.waits_for = tuple(waits_for)
 
@@ -561,7 +611,7 @@ class Scheduler:
             return False
         # an option's cost: its finish, plus its run time's delay to the other queued jobs (module docstring)
         others = self._queued_at_pass_start() - 1
-        weight = max(0, others) * rec.job.gpus / self.topo.total_gpus
+        weight = self._weight(rec)
         cost_now = finish_now + weight * run_now
         ends = sorted({r.expected_end_s for r in self.running if r.expected_end_s is not None})
         candidates = ends[:LOOKAHEAD]
@@ -577,11 +627,15 @@ class Scheduler:
         if fit is not None and fit not in candidates:
             candidates.append(fit)
         best = None
+        # the start times weighed: what it weighed there and its option's (cost, run time), or None (no plan or
+        # no hosts); past the break below (as every later one is) not there
+        weighed: dict[float, tuple[_Moment, tuple[float, float] | None]] = {}
         for t in sorted(candidates):
             t = max(t, now)
             if t + (1 + weight) * alone >= min(best[0] if best else cost_now, cost_now - WAIT_MARGIN * run_now):
                 break  # it cannot cost less than that from here on, even with the topology to itself
             moment = self._moment(t)  # (the rest's load)
+            weighed[t] = (moment, None)
             gone = moment.gone
             try:
                 later = self._place(rec, moment)
@@ -591,6 +645,7 @@ class Scheduler:
                 continue
             run_later = self._run_s(rec, later, moment)
             cost = t + (1 + weight) * run_later
+            weighed[t] = (moment, (cost, run_later))
             if best is None or cost < best[0]:
                 best = (cost, t, run_later, later, [r.job.job_id for r in gone])
         if best is not None and best[0] < cost_now - WAIT_MARGIN * run_now:
@@ -601,11 +656,31 @@ class Scheduler:
                              f"{finish_now:.6g} s if started now on {where}"
                              + (f" (runs {run_later:.6g} s vs {run_now:.6g} s, {others} jobs queued)"
                                 if weight and finish >= finish_now else ""))
-            self._reserve(rec, t, later.plan.placement, names)
+            self._reserve(rec, t, later.plan.placement, names, self._passed(best[0], t, weighed),
+                          END_SLACK * (t - now), run_later, weighed[t][0].load)
             return True
         rec.admission = f"started now on {where}: finishes at {finish_now:.6g} s" + (
             f" (waiting: {best[1] + best[2]:.6g} s)" if best is not None else "")
         return False
+
+    def _passed(self, cost: float, at: float, weighed: dict) -> dict[str, tuple[float, _Moment, float | None]]:
+        """The running jobs ending before ``at`` at a start time weighed whose option, started then,
+        would not have been taken over waiting for ``at`` at ``cost`` (by :data:`WAIT_MARGIN`, as a
+        decision then would have it): a job waiting for ``at`` passes their ends (:meth:`_passes`).
+        Each with its expected end, what was weighed there, and the option's run time (None: none)."""
+        passed = {}
+        for r in self.running:
+            end = r.expected_end_s
+            if end is not None and end < at and end in weighed:
+                moment, option = weighed[end]
+                if option is None or cost < option[0] - WAIT_MARGIN * option[1]:
+                    passed[r.job.job_id] = (end, moment, None if option is None else option[1])
+        return passed
+
+    def _weight(self, rec: JobRecord) -> float:
+        """Admission's weight on ``rec``'s run time: the other jobs queued at the pass's start, times
+        its share of the topology's GPUs (module docstring)."""
+        return max(0, self._queued_at_pass_start() - 1) * rec.job.gpus / self.topo.total_gpus
 
     def _delays_a_reservation(self, rec: JobRecord, placement: Placement, moment_now: _Moment,
                               now: float) -> bool:

@@ -7,7 +7,7 @@ import pytest
 
 from spiderflow.costmodel import TopologyView, estimate
 from spiderflow.plan import Plan, Stage
-from spiderflow.scheduling import JobRecord, Scheduler, SchedulerConfig, _Moment, fixed_plan, ranks_needed
+from spiderflow.scheduling import END_SLACK, JobRecord, Scheduler, SchedulerConfig, _Moment, fixed_plan, ranks_needed
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.topology import parse_topology
 from spiderflow.workload import Job
@@ -326,6 +326,54 @@ def test_the_look_ahead_also_weighs_the_first_end_that_frees_the_jobs_best_gpus(
     assert long.status == "queued" and long.reservation.gpus == {"a": 8} and long.reservation.at_s == 4.0
     assert long.waits_for == ("j0", "j1", "j2", "j3")
     assert {"a": 8, "b": 8, "c": 8} in calls  # planned at r4's end
+
+
+def _waiting_past_weighed_ends():
+    """long waits for a's fast GPUs at r4's end (t = 4), having weighed r1-r3's ends on c (1, 2, 3)
+    as start times and passed them over; r5 holds 2 of b's GPUs until t = 10, after long's start."""
+    topo = fast_slow_slow()
+    sched = Scheduler(topo, SchedulerConfig(planner="spinsearch"))
+    *run, long = _records([job(0, 2), job(1, 2), job(2, 2), job(3, 8), job(4, 2), job(5, 8, iterations=400)])
+    _running(sched, topo, run, "cccab", [1.0, 2.0, 3.0, 4.0, 10.0])
+    sched.schedule([long], now=0.1)
+    res = long.reservation
+    assert long.status == "queued" and res.at_s == 4.0 and long.waits_for == ("j0", "j1", "j2", "j3")
+    assert {j: entry[0] for j, entry in res.passed.items()} == {"j0": 1.0, "j1": 2.0, "j2": 3.0}
+    assert res.slack_s == pytest.approx(END_SLACK * 3.9)
+    return sched, run, long
+
+
+def _end(sched, rec, at):
+    rec.end_s = at
+    sched.release(rec)
+
+
+def test_a_waiting_job_passes_the_ends_it_weighed_without_planning_again_while_they_come_as_expected():
+    """r1 ends at 1, as long expected (within the slack): what long weighed there is what it gets,
+    so it keeps its decision unplanned. r2 then ends at 1.2, 0.8 s before its expected 2 (more than
+    END_SLACK of the 3.9 s wait): long is planned again. (Re-planning at every end it waits for was
+    most of the CPU of the 600 s-gap trace: simulator_speed.md.)"""
+    sched, (r1, r2, *_), long = _waiting_past_weighed_ends()
+    res = long.reservation
+    calls = _counting(sched)
+    _end(sched, r1, 1.0 + res.slack_s / 2)
+    sched.schedule([long], now=r1.end_s)
+    assert calls == [] and long.reservation is res and long.status == "queued"
+    _end(sched, r2, 1.2)
+    sched.schedule([long], now=1.2)
+    assert calls and long.reservation is not res  # decided afresh
+
+
+def test_a_waiting_job_is_planned_again_at_an_end_it_weighed_when_more_is_free_than_it_weighed():
+    """r1 ends at 1 as expected, but r5, which long does not wait for, has ended early (1.1 instead
+    of 10): b has 2 more GPUs free than long weighed at r1's end, so it is planned again."""
+    sched, (r1, *_, r5), long = _waiting_past_weighed_ends()
+    res = long.reservation
+    calls = _counting(sched)
+    _end(sched, r1, 1.0)
+    _end(sched, r5, 1.1)
+    sched.schedule([long], now=1.1)
+    assert calls and long.reservation is not res
 
 
 def test_a_job_with_others_queued_behind_it_weighs_the_gpu_time_it_would_hold():
