@@ -18,7 +18,8 @@ Semantics in full: docs/wan-events.md. In short:
   (re)placed is planned again on its GPUs plus the free ones; so is, once a down link is back up or
   withdrawn GPUs come back (and the queued jobs have had their pass), a running job that was
   (re)placed while the network was impaired (a link down or GPUs withdrawn). Either moves when the
-  time that saves on its remaining iterations exceeds the restart cost.
+  time that saves on its remaining iterations exceeds the restart cost. A job still starting up is
+  planned again too (the emulator's rule: its ranks are launching); one paying its restart cost is not.
 """
 
 from __future__ import annotations
@@ -240,8 +241,8 @@ class Changes:
             return False
         moved = False
         for rec in list(sim.running):
-            if rec.iteration_s is None or rec.placed_iteration_s is None or rec.updated_s > now:
-                continue  # not iterating yet (starting up, or paying a restart)
+            if rec.iteration_s is None or rec.placed_iteration_s is None or now < rec.restart_until_s:
+                continue  # not priced yet, or paying its restart cost (a job starting up is planned again)
             slowed = kind == WAN and rec.iteration_s > cfg.replan_threshold * rec.placed_iteration_s
             if not (slowed or (lifted and rec.placed_impaired)):
                 continue

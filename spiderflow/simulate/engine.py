@@ -75,6 +75,7 @@ class SimRecord(JobRecord):
     lost_s: float = 0.0  # sum over its stops of (iterations resumed - stopped): queue, restart cost, start-up
     stopped_s: float | None = None  # when a change stopped it (until it starts again)
     restart_s: float = 0.0  # the restart cost it pays at its next start
+    restart_until_s: float = 0.0  # when the restart cost of its latest start is paid (re-planning skips it until)
     placed_iteration_s: float | None = None  # its iteration time when (re)placed (re-planning threshold)
 
 
@@ -242,6 +243,7 @@ class Simulation:
             rec.remaining = float(rec.job.iterations)
         else:  # a restart after a change: progress kept, the restart cost paid first
             delay += rec.restart_s
+            rec.restart_until_s = start_s + rec.restart_s
             rec.replanned += 1
             rec.lost_s += start_s + delay - rec.stopped_s
             rec.stopped_s, rec.restart_s, rec.placed_iteration_s = None, 0.0, None

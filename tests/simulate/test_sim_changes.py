@@ -225,6 +225,24 @@ def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_retur
     assert blind.replanned == 0
 
 
+def test_a_job_still_starting_up_when_the_gpus_return_is_planned_again_as_the_emulator_does():
+    """As above, with 10 s of start-up before a job's first iteration and c back at 5 s: j1 is still
+    starting up on a-b. The emulator plans such a job again (its ranks are launching); so does the
+    simulator, which skipped it until it iterated (the return was then spent). It moves to c with
+    nothing done, paying the restart cost and its start-up again."""
+    topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
+    jobs = [job(1, 16, iterations=400, arrival=1.0)]
+    R, startup = 5.0, 10.0
+    cfg = SimConfig(planner="spinsearch", wait=False, startup_s=startup,
+                    capacity_events=(CapacityEvent(time_s=0.0, cluster="c", gpus=16, notice_s=0.0, return_s=R),))
+    (on,) = simulate(topo, jobs, cfg)
+    (off,) = simulate(topo, jobs, dataclasses.replace(cfg, replan=False))
+    assert off.placement == {"a": 8, "b": 8} and off.replanned == 0
+    assert on.placement == {"c": 16} and on.replanned == 1
+    cost = restart_cost_s(on.job)
+    assert on.end_s == pytest.approx(R + cost + startup + 400 * alone(on, topo)) and on.end_s < off.end_s
+
+
 def test_the_gpus_a_move_frees_go_to_the_queue_at_once():
     """c (16 RTX 4090s) is withdrawn until R: j1 (gpt3-1.3b) starts on a-b (A100s); j2 (llama2-70b,
     which does not fit c's memory) arrives and waits. At R j2 still cannot use c, j1 moves there, and
