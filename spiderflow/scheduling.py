@@ -291,10 +291,12 @@ class Scheduler:
         """Flows per link of the running jobs (what the planner is told)."""
         return link_load(self.running)
 
-    def release(self, rec: JobRecord) -> None:
-        """``rec`` stopped running (done, failed, interrupted): its GPUs and hosts are free again."""
+    def release(self, rec: JobRecord, ended_s: float | None = None) -> None:
+        """``rec`` stopped running (done, failed, interrupted): its GPUs and hosts are free again.
+        ``ended_s``: when it ended, if it did (default its ``end_s``; None for a job stopped to be
+        placed again), which a job waiting for it compares with what it expected."""
         self.running.remove(rec)
-        self._ended[rec.job.job_id] = rec.end_s
+        self._ended[rec.job.job_id] = rec.end_s if ended_s is None else ended_s
         self._forget_moments()
         for c, g in rec.placement.items():
             self.free[c] += g

@@ -634,7 +634,7 @@ class Runner:
         self._collect(j)
         self._measure(j)
         self._predict_shared(j)
-        self._release(j)
+        self._release(j, ended_s=self.now())  # (its end_s is set below, with its status)
         if flooded:
             self._cut_log(flooded)
             self._fail(j, f"rank {flooded.spec.rank} on {flooded.host.name} wrote over "
@@ -742,8 +742,8 @@ class Runner:
         load = link_load(o for o in self.jobs if o.job.job_id in j.overlapped)
         j.predicted_shared_s = predict_emulated(j.plan, self._view(load, j.launch_topology))
 
-    def _release(self, j: JobRun) -> None:
-        self.sched.release(j)
+    def _release(self, j: JobRun, ended_s: float | None = None) -> None:
+        self.sched.release(j, ended_s)
         if self.changes is not None:
             self.changes.released()
         self._hosts_back(j)

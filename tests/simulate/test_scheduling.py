@@ -344,7 +344,7 @@ def _waiting_past_weighed_ends():
 
 
 def _end(sched, rec, at):
-    rec.end_s = at
+    rec.end_s = at  # as the simulator tells it
     sched.release(rec)
 
 
@@ -356,8 +356,8 @@ def test_a_waiting_job_passes_the_ends_it_weighed_without_planning_again_while_t
     sched, (r1, r2, *_), long = _waiting_past_weighed_ends()
     res = long.reservation
     calls = _counting(sched)
-    _end(sched, r1, 1.0 + res.slack_s / 2)
-    sched.schedule([long], now=r1.end_s)
+    sched.release(r1, ended_s=1.0 + res.slack_s / 2)  # as the emulator tells it (its end_s set after)
+    sched.schedule([long], now=1.0 + res.slack_s / 2)
     assert calls == [] and long.reservation is res and long.status == "queued"
     _end(sched, r2, 1.2)
     sched.schedule([long], now=1.2)
