@@ -357,8 +357,8 @@ class Scheduler:
         would weigh the same options: on a deep queue that re-planning at every event made the
         simulator quadratic (300 jobs of the 64-cluster synthetic trace: over 100 s of CPU, 25 s
         without it). Re-planning at every end of a job it waits for, also one it had weighed and
-        that came as weighed, took 379.5 s of CPU on 10,000 jobs of the 600 s-gap trace against
-        272.5 s (simulator_speed.md, "Waiting decisions that stand")."""
+        that came as weighed, took 413.5 s of CPU on 10,000 jobs of the 600 s-gap trace against
+        313.4 s, run at once (simulator_speed.md, "Waiting decisions that stand")."""
         res = rec.reservation
         if res is None:
             return False
