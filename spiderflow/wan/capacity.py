@@ -25,7 +25,7 @@ from pathlib import Path
 from spiderflow.errors import ConfigError
 from spiderflow.topology import Topology
 from spiderflow.traces.common import RowError, int_field, shown
-from spiderflow.wan.rows import fail, number, rows, timed
+from spiderflow.wan.rows import csv_text, fail, number, rows, timed
 
 COLUMNS = ("time_s", "cluster", "gpus", "notice_s", "return_s")
 
@@ -73,3 +73,10 @@ def load_capacity_events(path: str | Path, topology: Topology) -> tuple[Capacity
     if not events:
         raise ConfigError(f"{source}: has a header but no rows; add at least one event under it")
     return tuple(events)
+
+
+def format_capacity_events(events: list[CapacityEvent], *, comment: str = "") -> str:
+    """The CSV text of ``events`` (``comment`` lines first, each behind ``# ``), times as written."""
+    return csv_text(COLUMNS, ([repr(float(ev.time_s)), ev.cluster, str(ev.gpus), repr(float(ev.notice_s)),
+                               "" if ev.return_s is None else repr(float(ev.return_s))] for ev in events),
+                    comment=comment)

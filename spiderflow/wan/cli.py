@@ -13,10 +13,10 @@ from spiderflow.cliutil import MAX_SEED, dumps, float_in, int_in, output_file, s
 from spiderflow.errors import ConfigError
 from spiderflow.topology import load_topology
 from spiderflow.traces.cli import printable
-from spiderflow.wan.capacity import load_capacity_events
+from spiderflow.wan.capacity import format_capacity_events, load_capacity_events
 from spiderflow.wan.events import format_wan_events, load_wan_events, resolve_link
 from spiderflow.wan.generate import WanPattern, generate_wan_events
-from spiderflow.wan.spot import SpotPattern, format_capacity_events, generate_spot_events
+from spiderflow.wan.spot import SpotPattern, generate_spot_events
 
 MAX_HOURS = 24 * 366.0
 MAX_OUTAGES = 10_000

@@ -29,7 +29,7 @@ from spiderflow.errors import ConfigError
 from spiderflow.topology import Topology
 from spiderflow.topology.load import MAX_BANDWIDTH_GBPS, MAX_LATENCY_MS, MIN_BANDWIDTH_GBPS
 from spiderflow.traces.common import shown
-from spiderflow.wan.rows import fail, number, rows, timed
+from spiderflow.wan.rows import csv_text, fail, number, rows, timed
 
 COLUMNS = ("time_s", "link", "bandwidth_gbps", "latency_ms", "up")
 
@@ -100,11 +100,8 @@ def load_wan_events(path: str | Path, topology: Topology) -> tuple[WanEvent, ...
 
 def format_wan_events(events: list[WanEvent], *, comment: str = "") -> str:
     """The CSV text of ``events`` (``comment`` lines first, each behind ``# ``)."""
-    out = [f"# {ln}" if ln else "#" for ln in comment.splitlines()]
-    out.append(",".join(COLUMNS))
-    for ev in events:
-        cells = [repr(float(ev.time_s)), f"{ev.a}-{ev.b}", "" if ev.bandwidth_gbps is None else repr(ev.bandwidth_gbps),
-                 "" if ev.latency_ms is None else repr(ev.latency_ms), "1" if ev.up else "0"]
-        out.append(",".join(cells))
-    return "\n".join(out) + "\n"
+    return csv_text(COLUMNS, ([repr(float(ev.time_s)), f"{ev.a}-{ev.b}",
+                               "" if ev.bandwidth_gbps is None else repr(ev.bandwidth_gbps),
+                               "" if ev.latency_ms is None else repr(ev.latency_ms), "1" if ev.up else "0"]
+                              for ev in events), comment=comment)
 

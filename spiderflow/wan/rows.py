@@ -1,11 +1,12 @@
 """What the two change files share: reading a headed CSV (``#`` comments and blank lines skipped,
-as in our trace CSV) into ``(line, row)`` pairs, and the one-line error every bad value becomes:
-``FILE: row N: FIELD must be ... (got X); FIX`` where N is the row's line number in the file."""
+as in our trace CSV) into ``(line, row)`` pairs, the one-line error every bad value becomes:
+``FILE: row N: FIELD must be ... (got X); FIX`` where N is the row's line number in the file, and
+writing one (:func:`csv_text`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from spiderflow.errors import ConfigError
@@ -68,3 +69,12 @@ def timed(source: str, records: Iterator[tuple[int, dict]]) -> Iterator[tuple[in
                        f"(got {shown(row['time_s'])}); sort the rows by time_s")
         last = (time_s, line)
         yield line, row, time_s
+
+
+def csv_text(columns: tuple[str, ...], cells: Iterable[list[str]], *, comment: str = "") -> str:
+    """A change file's text: ``comment`` lines first, each behind ``# ``, then the header and a line
+    of ``cells`` per row."""
+    out = [f"# {ln}" if ln else "#" for ln in comment.splitlines()]
+    out.append(",".join(columns))
+    out += [",".join(row) for row in cells]
+    return "\n".join(out) + "\n"

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 
 from spiderflow.topology import Topology
-from spiderflow.wan.capacity import COLUMNS, CapacityEvent
+from spiderflow.wan.capacity import CapacityEvent
 from spiderflow.wan.generate import merged_spans
 
 EC2_NOTICE_S = 120.0  # "Spot Instance interruption notices", EC2 user guide
@@ -60,13 +60,3 @@ def generate_spot_events(topology: Topology, seed: int, pattern: SpotPattern = S
                  for start, end in merged_spans(spans[cluster.name], lead=pattern.notice_s)]
     rows.sort(key=lambda r: (r[0], r[1]))
     return [ev for _, _, ev in rows]
-
-
-def format_capacity_events(events: list[CapacityEvent], *, comment: str = "") -> str:
-    """The CSV text of ``events`` (``comment`` lines first, each behind ``# ``), times as written."""
-    out = [f"# {ln}" if ln else "#" for ln in comment.splitlines()]
-    out.append(",".join(COLUMNS))
-    for ev in events:
-        out.append(",".join([repr(float(ev.time_s)), ev.cluster, str(ev.gpus), repr(float(ev.notice_s)),
-                             "" if ev.return_s is None else repr(float(ev.return_s))]))
-    return "\n".join(out) + "\n"
