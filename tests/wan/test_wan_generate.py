@@ -1,6 +1,5 @@
 """`wan generate`: reproducible by seed, its output loads, the diurnal pattern and outages as documented."""
 
-import json
 import math
 import subprocess
 import sys
@@ -14,19 +13,14 @@ REPO = Path(__file__).resolve().parents[2]
 PAPER8 = load_topology(REPO / "topologies" / "paper8.yaml")
 
 
-def _generate(tmp_path, name, *extra):
-    out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "spiderflow", "wan", "generate", "--topology", "paper8",
-                           "--hours", "6", "--outages", "2", "--out", str(out), "--json", *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return out, json.loads(proc.stdout)
+def _generate(wan_file, name, *extra):
+    return wan_file("generate", "--topology", "paper8", "--hours", "6", "--outages", "2", *extra, name=name)
 
 
-def test_same_seed_same_file_and_it_loads(tmp_path):
-    a, info = _generate(tmp_path, "a.csv", "--seed", "3")
-    b, _ = _generate(tmp_path, "b.csv", "--seed", "3")
-    c, _ = _generate(tmp_path, "c.csv", "--seed", "4")
+def test_same_seed_same_file_and_it_loads(wan_file):
+    a, info = _generate(wan_file, "a.csv", "--seed", "3")
+    b, _ = _generate(wan_file, "b.csv", "--seed", "3")
+    c, _ = _generate(wan_file, "c.csv", "--seed", "4")
     body = lambda p: [ln for ln in p.read_text().splitlines() if not ln.startswith("#")]  # noqa: E731
     assert body(a) == body(b) and body(a) != body(c)
     assert a.read_text().startswith("# python -m spiderflow wan generate --topology paper8 --seed 3 --hours 6")
@@ -35,8 +29,8 @@ def test_same_seed_same_file_and_it_loads(tmp_path):
     assert [e.time_s for e in events] == sorted(e.time_s for e in events)
 
 
-def test_outage_link_is_the_one_named(tmp_path):
-    out, _ = _generate(tmp_path, "o.csv", "--outage-link", "virginia-ohio", "--outage-s", "600")
+def test_outage_link_is_the_one_named(wan_file):
+    out, _ = _generate(wan_file, "o.csv", "--outage-link", "virginia-ohio", "--outage-s", "600")
     down = {(e.a, e.b) for e in load_wan_events(out, PAPER8) if not e.up}
     assert down == {("ohio", "virginia")}
 

@@ -2,7 +2,6 @@
 after their notice, merged per cluster, the share rounded up), bad options one line; and a simulation
 under its file gives the GPUs back when it says."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -19,19 +18,14 @@ REPO = Path(__file__).resolve().parents[2]
 PAPER8 = load_topology(REPO / "topologies" / "paper8.yaml")
 
 
-def _spot(tmp_path, name, *extra):
-    out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "spiderflow", "wan", "spot", "--topology", "paper8",
-                           "--hours", "48", "--withdrawals", "12", "--out", str(out), "--json", *extra],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return out, json.loads(proc.stdout)
+def _spot(wan_file, name, *extra):
+    return wan_file("spot", "--topology", "paper8", "--hours", "48", "--withdrawals", "12", *extra, name=name)
 
 
-def test_same_seed_same_file_and_it_loads(tmp_path):
-    a, info = _spot(tmp_path, "a.csv", "--seed", "3")
-    b, _ = _spot(tmp_path, "b.csv", "--seed", "3")
-    c, _ = _spot(tmp_path, "c.csv", "--seed", "4")
+def test_same_seed_same_file_and_it_loads(wan_file):
+    a, info = _spot(wan_file, "a.csv", "--seed", "3")
+    b, _ = _spot(wan_file, "b.csv", "--seed", "3")
+    c, _ = _spot(wan_file, "c.csv", "--seed", "4")
     body = lambda p: [ln for ln in p.read_text().splitlines() if not ln.startswith("#")]  # noqa: E731
     assert body(a) == body(b) and body(a) != body(c)
     assert a.read_text().startswith("# python -m spiderflow wan spot --topology paper8 --seed 3 --hours 48 "
