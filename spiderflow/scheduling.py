@@ -227,6 +227,12 @@ class _Reservation:
     load_then: dict = field(default_factory=dict)
 
 
+def _waiting_pays(wait_cost: float, start_cost: float, start_run_s: float) -> bool:
+    """Admission's rule: waiting is chosen over a start costing ``start_cost`` (running ``start_run_s``)
+    only when it costs less by more than :data:`WAIT_MARGIN` of that run time (module docstring)."""
+    return wait_cost < start_cost - WAIT_MARGIN * start_run_s
+
+
 def _state_key(free: dict[str, int], load: dict[tuple[str, str], float]) -> tuple:
     """The planner memo's key of a state: free GPUs per cluster and link load."""
     return tuple(free.items()), frozenset(load.items())
@@ -394,7 +400,7 @@ class Scheduler:
         if run_s is None:
             return True
         weight = self._weight(rec)
-        return res.at_s + (1 + weight) * res.run_s < now + (1 + weight - WAIT_MARGIN) * run_s
+        return _waiting_pays(res.at_s + (1 + weight) * res.run_s, now + (1 + weight) * run_s, run_s)
 
     def _reject(self, rec: JobRecord, reason: str) -> None:
         rec.status, rec.reason = "rejected", reason
@@ -650,7 +656,7 @@ class Scheduler:
             weighed[t] = (moment, (cost, run_later))
             if best is None or cost < best[0]:
                 best = (cost, t, run_later, later, [r.job.job_id for r in gone])
-        if best is not None and best[0] < cost_now - WAIT_MARGIN * run_now:
+        if best is not None and _waiting_pays(best[0], cost_now, run_now):
             _, t, run_later, later, names = best
             finish = t + run_later
             rec.admission = (f"waits for {', '.join(names)} to end (expected at {t:.6g} s): finishes at "
@@ -675,7 +681,7 @@ class Scheduler:
             end = r.expected_end_s
             if end is not None and end < at and end in weighed:
                 moment, option = weighed[end]
-                if option is None or cost < option[0] - WAIT_MARGIN * option[1]:
+                if option is None or _waiting_pays(cost, *option):
                     passed[r.job.job_id] = (end, moment, None if option is None else option[1])
         return passed
 
