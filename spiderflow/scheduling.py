@@ -283,6 +283,7 @@ class Scheduler:
         self._moments: dict[float | None, _Moment] = {}
         self._moments_free: tuple[int, ...] | None = None
         self._ids: set[str] | None = None
+        self._verdicts: dict = {}  # _passes' comparisons of moments, kept as the moments are
         self._ended: dict[str, float | None] = {}  # when each job that stopped running ended (None: stopped)
 
     def set_network(self, topology: Topology, down: Iterable[tuple[str, str]] = ()) -> None:
@@ -390,17 +391,33 @@ class Scheduler:
                 return False
             entries.append(entry)
         _, then, run_s = max(entries, key=lambda e: e[0])
-        if any(self.free[c] > g for c, g in then.free.items()):
-            return False
-        load_now, load_at = self._moment(None).load, self._moment(res.at_s).load
-        if any(load_now.get(k, 0) < v for k, v in then.load.items()):
-            return False
-        if any(v > res.load_then.get(k, 0) for k, v in load_at.items()):
+        if not (self._no_better_than(then) and self._no_heavier(res)):
             return False
         if run_s is None:
             return True
         weight = self._weight(rec)
         return _waiting_pays(res.at_s + (1 + weight) * res.run_s, now + (1 + weight) * run_s, run_s)
+
+    def _no_better_than(self, then: _Moment) -> bool:
+        """No cluster has more GPUs free and no link is lighter now than at ``then``. Kept with the
+        moments: waiting jobs decided in one pass share what they weighed, and on a deep queue each
+        such moment is compared about five times at each end (the 600 s-gap trace, 2,000 jobs)."""
+        now = self._moment(None)  # first: it forgets the moments, and these verdicts, if the free GPUs changed
+        verdict = self._verdicts.get(then)
+        if verdict is None:
+            verdict = self._verdicts[then] = not (any(now.free[c] > g for c, g in then.free.items())
+                                                  or any(now.load.get(k, 0) < v for k, v in then.load.items()))
+        return verdict
+
+    def _no_heavier(self, res: _Reservation) -> bool:
+        """No link is heavier at ``res``'s start than it weighed there (kept as :meth:`_no_better_than`'s)."""
+        at = self._moment(res.at_s)
+        key = (at, id(res.load_then))
+        hit = self._verdicts.get(key)
+        if hit is None or hit[0] is not res.load_then:
+            hit = self._verdicts[key] = (res.load_then,
+                                         not any(v > res.load_then.get(k, 0) for k, v in at.load.items()))
+        return hit[1]
 
     def _reject(self, rec: JobRecord, reason: str) -> None:
         rec.status, rec.reason = "rejected", reason
@@ -575,6 +592,7 @@ class Scheduler:
 
     def _forget_moments(self) -> None:
         self._moments.clear()
+        self._verdicts.clear()
         self._moments_free = self._ids = None
 
     def _alone_run_s(self, rec: JobRecord) -> float:

@@ -151,8 +151,9 @@ class Topology:
     def neighbours(self, name: str) -> list[tuple[str, Link]]:
         return self._adjacency[name]
 
-    @property
+    @cached_property
     def total_gpus(self) -> int:
+        # cached: admission's weight reads it for every waiting job at every end it passes
         return sum(c.total_gpus for c in self.clusters)
 
     def path(self, a: str, b: str) -> Path:
