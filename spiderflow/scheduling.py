@@ -401,7 +401,8 @@ class Scheduler:
     def _no_better_than(self, then: _Moment) -> bool:
         """No cluster has more GPUs free and no link is lighter now than at ``then``. Kept with the
         moments: waiting jobs decided in one pass share what they weighed, and on a deep queue each
-        such moment is compared about five times at each end (the 600 s-gap trace, 2,000 jobs)."""
+        such moment was compared about five times with one state now (2,000 jobs of the 600 s-gap
+        trace: 84,251 comparisons, 16,112 distinct; simulator_speed.md)."""
         now = self._moment(None)  # first: it forgets the moments, and these verdicts, if the free GPUs changed
         verdict = self._verdicts.get(then)
         if verdict is None:

@@ -376,6 +376,22 @@ def test_a_waiting_job_is_planned_again_at_an_end_it_weighed_when_more_is_free_t
     assert calls and long.reservation is not res
 
 
+def test_a_standing_decision_is_checked_again_once_more_is_free_than_it_weighed():
+    """r1 ends at 1 as expected and long keeps its decision unplanned; then r5, which long does not
+    wait for, ends early (1.1 instead of 10): the next pass compares what long weighed at r1's end
+    with what is free now, not with what was free at 1 (those comparisons are kept only until the
+    running jobs change), and long is planned again."""
+    sched, (r1, *_, r5), long = _waiting_past_weighed_ends()
+    res = long.reservation
+    calls = _counting(sched)
+    _end(sched, r1, 1.0)
+    sched.schedule([long], now=1.0)
+    assert calls == [] and long.reservation is res
+    _end(sched, r5, 1.1)
+    sched.schedule([long], now=1.1)
+    assert calls and long.reservation is not res
+
+
 def test_a_job_with_others_queued_behind_it_weighs_the_gpu_time_it_would_hold():
     """long (8 GPUs) can start now on slow b and finish at 126 s, or wait for r1's 4 GPUs on fast a
     at t = 120 and finish at 137 s, running 17 s instead of 126. Alone in the queue it starts now:
