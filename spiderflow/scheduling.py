@@ -220,11 +220,11 @@ class _Reservation:
     # admission's decision to wait (Scheduler._passed): the jobs it waits for whose expected ends it weighed as
     # start times and passed over (id: that end, what it weighed there, and the option's run time or None), how
     # near those ends they may end for the decision to stand (END_SLACK of the wait), its run time from at_s and
-    # the others' link load it weighed then
+    # what it weighed at at_s (the others' link load then)
     passed: dict[str, tuple[float, _Moment, float | None]] = field(default_factory=dict)
     slack_s: float = 0.0
     run_s: float = 0.0
-    load_then: dict = field(default_factory=dict)
+    weighed: _Moment | None = None
 
 
 def _waiting_pays(wait_cost: float, start_cost: float, start_run_s: float) -> bool:
@@ -412,13 +412,11 @@ class Scheduler:
 
     def _no_heavier(self, res: _Reservation) -> bool:
         """No link is heavier at ``res``'s start than it weighed there (kept as :meth:`_no_better_than`'s)."""
-        at = self._moment(res.at_s)
-        key = (at, id(res.load_then))
-        hit = self._verdicts.get(key)
-        if hit is None or hit[0] is not res.load_then:
-            hit = self._verdicts[key] = (res.load_then,
-                                         not any(v > res.load_then.get(k, 0) for k, v in at.load.items()))
-        return hit[1]
+        at, then = self._moment(res.at_s), res.weighed
+        verdict = self._verdicts.get((at, then))
+        if verdict is None:
+            verdict = self._verdicts[at, then] = not any(v > then.load.get(k, 0) for k, v in at.load.items())
+        return verdict
 
     def _reject(self, rec: JobRecord, reason: str) -> None:
         rec.status, rec.reason = "rejected", reason
@@ -544,12 +542,12 @@ class Scheduler:
 
     def _reserve(self, rec: JobRecord, at: float, gpus: dict[str, int], waits_for: list[str],
                  passed: dict | None = None, slack_s: float = 0.0, run_s: float = 0.0,
-                 load_then: dict | None = None) -> None:
+                 weighed: _Moment | None = None) -> None:
         """``rec`` waits by choice for ``gpus`` (per cluster), expected free at ``at`` once the running
         jobs ``waits_for`` have ended: its reservation, which later jobs of this pass must not delay
         (the rest: :class:`_Reservation`)."""
         rec.reservation = _Reservation(rec.job.job_id, at, dict(gpus), self.topo, passed or {}, slack_s, run_s,
-                                       load_then or {})
+                                       weighed)
         self._reservations.append(rec.reservation)
         rec.waits_for = tuple(waits_for)
 
@@ -684,7 +682,7 @@ class Scheduler:
                              + (f" (runs {run_later:.6g} s vs {run_now:.6g} s, {others} jobs queued)"
                                 if weight and finish >= finish_now else ""))
             self._reserve(rec, t, later.plan.placement, names, self._passed(best[0], t, weighed),
-                          END_SLACK * (t - now), run_later, weighed[t][0].load)
+                          END_SLACK * (t - now), run_later, weighed[t][0])
             return True
         rec.admission = f"started now on {where}: finishes at {finish_now:.6g} s" + (
             f" (waiting: {best[1] + best[2]:.6g} s)" if best is not None else "")
