@@ -21,3 +21,20 @@ def wan_file(tmp_path):
         return out, json.loads(proc.stdout)
 
     return run
+
+
+@pytest.fixture
+def seeded(wan_file):
+    """``seeded(*argv)`` runs the generator ``argv`` (through :func:`wan_file`) at ``--seed 3`` twice and at
+    ``--seed 4``: the two of seed 3 must have the same rows and that of seed 4 others. Returns the first
+    file and its JSON line."""
+
+    def run(*argv: str) -> tuple[Path, dict]:
+        a, info = wan_file(*argv, "--seed", "3", name="a.csv")
+        b, _ = wan_file(*argv, "--seed", "3", name="b.csv")
+        c, _ = wan_file(*argv, "--seed", "4", name="c.csv")
+        body = lambda p: [ln for ln in p.read_text().splitlines() if not ln.startswith("#")]  # noqa: E731
+        assert body(a) == body(b) and body(a) != body(c)
+        return a, info
+
+    return run

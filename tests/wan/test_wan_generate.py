@@ -13,16 +13,11 @@ REPO = Path(__file__).resolve().parents[2]
 PAPER8 = load_topology(REPO / "topologies" / "paper8.yaml")
 
 
-def _generate(wan_file, name, *extra):
-    return wan_file("generate", "--topology", "paper8", "--hours", "6", "--outages", "2", *extra, name=name)
+GENERATE = ("generate", "--topology", "paper8", "--hours", "6", "--outages", "2")
 
 
-def test_same_seed_same_file_and_it_loads(wan_file):
-    a, info = _generate(wan_file, "a.csv", "--seed", "3")
-    b, _ = _generate(wan_file, "b.csv", "--seed", "3")
-    c, _ = _generate(wan_file, "c.csv", "--seed", "4")
-    body = lambda p: [ln for ln in p.read_text().splitlines() if not ln.startswith("#")]  # noqa: E731
-    assert body(a) == body(b) and body(a) != body(c)
+def test_same_seed_same_file_and_it_loads(seeded):
+    a, info = seeded(*GENERATE)
     assert a.read_text().startswith("# python -m spiderflow wan generate --topology paper8 --seed 3 --hours 6")
     events = load_wan_events(a, PAPER8)
     assert len(events) == info["rows"] and info["down_rows"] == sum(not e.up for e in events) > 0
@@ -30,7 +25,7 @@ def test_same_seed_same_file_and_it_loads(wan_file):
 
 
 def test_outage_link_is_the_one_named(wan_file):
-    out, _ = _generate(wan_file, "o.csv", "--outage-link", "virginia-ohio", "--outage-s", "600")
+    out, _ = wan_file(*GENERATE, "--outage-link", "virginia-ohio", "--outage-s", "600", name="o.csv")
     down = {(e.a, e.b) for e in load_wan_events(out, PAPER8) if not e.up}
     assert down == {("ohio", "virginia")}
 

@@ -18,16 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 PAPER8 = load_topology(REPO / "topologies" / "paper8.yaml")
 
 
-def _spot(wan_file, name, *extra):
-    return wan_file("spot", "--topology", "paper8", "--hours", "48", "--withdrawals", "12", *extra, name=name)
-
-
-def test_same_seed_same_file_and_it_loads(wan_file):
-    a, info = _spot(wan_file, "a.csv", "--seed", "3")
-    b, _ = _spot(wan_file, "b.csv", "--seed", "3")
-    c, _ = _spot(wan_file, "c.csv", "--seed", "4")
-    body = lambda p: [ln for ln in p.read_text().splitlines() if not ln.startswith("#")]  # noqa: E731
-    assert body(a) == body(b) and body(a) != body(c)
+def test_same_seed_same_file_and_it_loads(seeded):
+    a, info = seeded("spot", "--topology", "paper8", "--hours", "48", "--withdrawals", "12")
     assert a.read_text().startswith("# python -m spiderflow wan spot --topology paper8 --seed 3 --hours 48 "
                                     "--withdrawals 12 --notice-s 120")
     events = load_capacity_events(a, PAPER8)
