@@ -7,17 +7,17 @@ caller knows of the network; see :mod:`spiderflow.costmodel.network`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from spiderflow.costmodel.calibration import (NO_CALIBRATION, AlphaBeta, Calibration,
                                               load_calibration)
-from spiderflow.costmodel.memory import StageMemory, stage_memory
+from spiderflow.costmodel.memory import StageMemory, stage_memory, stage_memory_of
 from spiderflow.costmodel.network import GBPS, Channel, MatrixView, TopologyView
 from spiderflow.costmodel.schedule import Timeline, estimate_1f1b, floor_1f1b, simulate_1f1b
 from spiderflow.costmodel.stages import StageCost
-from spiderflow.costmodel.work import (PlanWork, RankWork, Repricer, plan_chains, plan_work,
-                                       replica_work, stage_costs, stage_syncs)
+from spiderflow.costmodel.work import (PlanWork, RankWork, Repricer, crowd_of, plan_chains, plan_work, price,
+                                       replica_work, stage_costs, stage_sync, stage_syncs, stage_work)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
 
@@ -208,6 +208,48 @@ def note_estimate(plan: Plan, view: TopologyView, value: float) -> float:
     """Memoise ``value`` as ``estimate(plan, view)`` (a search that scored the plan already); returns it."""
     view._memo[("estimate", plan)] = value
     return value
+
+
+class LayerMoves:
+    """``plan``'s stages priced with other layer ranges, a stage at a time: what
+    :func:`~spiderflow.parallel.tpa.rebalance` needs to judge moving one layer across a stage boundary
+    without pricing the whole plan again. A stage's cost and memory depend on its own layer range,
+    not on the others' (its neighbours' clusters, the plan's micro-batching and levers stay), so
+    :meth:`estimate` of the stages' ranges is the same float as ``estimate`` of the plan split so,
+    and :meth:`fits` of every stage is ``fits_memory`` of it."""
+
+    def __init__(self, plan: Plan, view: TopologyView) -> None:
+        self.plan, self.view = plan, view
+        self.replicas = _distinct_replicas(plan)
+        self._crowd = crowd_of(plan, view)
+        self._costs: dict[tuple[int, int, int, int], StageCost] = {}
+        self._fits: dict[tuple[int, int, int], bool] = {}
+
+    def cost(self, replica: int, i: int, start: int, end: int) -> StageCost:
+        """Stage ``i`` of ``replica`` (one of :attr:`replicas`) holding layers ``[start, end)``."""
+        key = (replica, i, start, end)
+        hit = self._costs.get(key)
+        if hit is None:
+            plan, view = self.plan, self.view
+            st = replace(plan.replicas[replica][i], layer_start=start, layer_end=end)
+            item = stage_work(plan, view, replica, i, st, stage_sync(plan, view, i, st))
+            hit = self._costs[key] = price([item], view, self._crowd)[0]
+        return hit
+
+    def fits(self, i: int, start: int, end: int) -> bool:
+        """Stage ``i`` of every replica fits in memory holding layers ``[start, end)``."""
+        key = (i, start, end)
+        hit = self._fits.get(key)
+        if hit is None:
+            plan, topology = self.plan, self.view.topology
+            hit = self._fits[key] = all(
+                stage_memory_of(plan, topology, r, i, replace(rep[i], layer_start=start, layer_end=end)).fits
+                for r, rep in enumerate(plan.replicas))
+        return hit
+
+    def estimate(self, costs: dict[int, list[StageCost]]) -> float:
+        """``estimate`` from each distinct replica's stage costs (``costs[replica]``, stage order)."""
+        return max(estimate_1f1b(c, self.plan.micro_batches) for c in costs.values())
 
 
 def repricer(plan: Plan, view: TopologyView) -> Repricer:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 from spiderflow.costmodel.network import TopologyView
 from spiderflow.costmodel.schedule import estimate_1f1b, estimate_columns
 from spiderflow.costmodel.stages import StageCost, intra_sync_s, stage_compute_s, stage_params, wan_sync_s
-from spiderflow.plan import Plan
+from spiderflow.plan import Plan, Stage
 from spiderflow.topology import Topology
 from spiderflow.workload import GRAD_BYTES_PER_PARAM
 
@@ -86,58 +86,61 @@ class PlanWork:
 def stage_syncs(plan: Plan, view: TopologyView) -> list[tuple[float, tuple[str, ...], float]]:
     """Per stage: (intra-cluster sync seconds, its replicas' clusters in order of first appearance,
     its gradient bytes)."""
-    # a stage's entry depends on these, its tp, layer range and its replicas' clusters only
-    # (memoised on the view: the search loops price many plans of one job that repeat stages)
-    memo, shared, last = view._memo, ("syncs", plan.job.model, plan.dp), plan.job.spec.layers
-    out = []
-    for i, stage in enumerate(plan.stages):
-        at = tuple(rep[i].cluster for rep in plan.replicas)
-        key = (shared, stage.tp, stage.layer_start == 0, stage.layer_end - stage.layer_start,
-               stage.layer_end == last, at)
-        hit = memo.get(key)
-        if hit is None:
-            params = stage_params(plan, stage)
-            hit = memo[key] = (intra_sync_s(plan, i, view, params), tuple(dict.fromkeys(at)),
-                               float(params * GRAD_BYTES_PER_PARAM))
-        out.append(hit)
-    return out
+    return [stage_sync(plan, view, i, stage) for i, stage in enumerate(plan.stages)]
+
+
+def stage_sync(plan: Plan, view: TopologyView, i: int, stage: Stage) -> tuple[float, tuple[str, ...], float]:
+    """:func:`stage_syncs`' entry of stage ``i`` were it ``stage`` (its layer range may differ from the
+    plan's: :func:`~spiderflow.parallel.tpa.rebalance` prices moved layers so)."""
+    # it depends on the stage's tp, layer range and its replicas' clusters only (memoised on the
+    # view: the search loops price many plans of one job that repeat stages)
+    memo, last = view._memo, plan.job.spec.layers
+    at = tuple(rep[i].cluster for rep in plan.replicas)
+    key = (("syncs", plan.job.model, plan.dp), stage.tp, stage.layer_start == 0, stage.layer_end - stage.layer_start,
+           stage.layer_end == last, at)
+    hit = memo.get(key)
+    if hit is None:
+        params = stage_params(plan, stage)
+        hit = memo[key] = (intra_sync_s(plan, i, view, params), tuple(dict.fromkeys(at)),
+                           float(params * GRAD_BYTES_PER_PARAM))
+    return hit
 
 
 def replica_work(plan: Plan, view: TopologyView, replica: int,
                  syncs: list[tuple[float, tuple[str, ...], float]] | None = None) -> list[RankWork]:
     """The work items of one replica's ranks (stage order)."""
     syncs = stage_syncs(plan, view) if syncs is None else syncs
-    group = plan.job.spec.boundary_bytes(plan.micro_batch_size, plan.job.seq_len)
-    stages = plan.replicas[replica]
-    depth = len(stages)
+    return [stage_work(plan, view, replica, i, st, syncs[i]) for i, st in enumerate(plan.replicas[replica])]
 
-    def boundary(a: str, b: str) -> float:
-        return group if a == b else plan.dp * group
 
+def stage_work(plan: Plan, view: TopologyView, replica: int, i: int, st: Stage,
+               sync: tuple[float, tuple[str, ...], float]) -> RankWork:
+    """The work item of stage ``i`` of ``replica`` were it ``st`` (its layer range may differ from the
+    plan's), with its :func:`stage_sync` entry ``sync``."""
     # a stage's compute depends on these and its (cluster, tp, layers, last) only: the search
     # loops price many plans of one job whose stages repeat them (memoised on the view)
     job = plan.job
-    memo, shared = view._memo, ("compute", job.model, job.seq_len, plan.micro_batch_size, plan.recompute)
-    last = job.spec.layers
-    out = []
-    for i, st in enumerate(stages):
-        key = (shared, st.cluster, st.tp, st.layer_end - st.layer_start, st.layer_end == last)
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = stage_compute_s(plan, st, view.topology, view.calibration)
-        fwd, bwd = hit
-        prev_c = stages[i - 1].cluster if i > 0 else None
-        next_c = stages[i + 1].cluster if i + 1 < depth else None
-        rank = replica * depth + i
-        out.append(RankWork(
-            rank=rank, replica=replica, stage=i, cluster=st.cluster, layers=st.layers,
-            forward_s=fwd, backward_s=bwd,
-            prev_rank=rank - 1 if prev_c else None, next_rank=rank + 1 if next_c else None,
-            prev_cluster=prev_c, next_cluster=next_c,
-            prev_bytes=boundary(prev_c, st.cluster) if prev_c else 0.0,
-            next_bytes=boundary(st.cluster, next_c) if next_c else 0.0,
-            grad_bytes=syncs[i][2], sync_clusters=syncs[i][1], sync_intra_s=syncs[i][0]))
-    return out
+    key = (("compute", job.model, job.seq_len, plan.micro_batch_size, plan.recompute), st.cluster, st.tp,
+           st.layer_end - st.layer_start, st.layer_end == job.spec.layers)
+    hit = view._memo.get(key)
+    if hit is None:
+        hit = view._memo[key] = stage_compute_s(plan, st, view.topology, view.calibration)
+    fwd, bwd = hit
+    stages = plan.replicas[replica]
+    depth = len(stages)
+    prev_c = stages[i - 1].cluster if i > 0 else None
+    next_c = stages[i + 1].cluster if i + 1 < depth else None
+    group = job.spec.boundary_bytes(plan.micro_batch_size, job.seq_len)
+    rank = replica * depth + i
+    return RankWork(
+        rank=rank, replica=replica, stage=i, cluster=st.cluster, layers=st.layers,
+        forward_s=fwd, backward_s=bwd,
+        prev_rank=rank - 1 if prev_c else None, next_rank=rank + 1 if next_c else None,
+        prev_cluster=prev_c, next_cluster=next_c,
+        # across clusters the stage's dp groups share the path (module docstring)
+        prev_bytes=(group if prev_c == st.cluster else plan.dp * group) if prev_c else 0.0,
+        next_bytes=(group if next_c == st.cluster else plan.dp * group) if next_c else 0.0,
+        grad_bytes=sync[2], sync_clusters=sync[1], sync_intra_s=sync[0])
 
 
 def _sync_groups(plan: Plan) -> tuple[tuple[tuple[int, ...], ...], ...]:

@@ -99,7 +99,7 @@ from spiderflow.costmodel import TopologyView, estimate_memo, predict, schedule_
 from spiderflow.costmodel.network import Channel
 from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.errors import InfeasiblePlan
-from spiderflow.parallel.tpa import finalize_memo, plan_placement
+from spiderflow.parallel.tpa import finalize_memo, plan_placement, rebalance_memo
 from spiderflow.placement.base import Placement, PlacementRequest
 from spiderflow.plan import Plan
 from spiderflow.workload import GRAD_BYTES_PER_PARAM, Job
@@ -596,5 +596,6 @@ def place(req: PlacementRequest) -> Placement:
             t = predict(other, view).iteration_s
             if t < fastest:
                 chain, final, fastest = c, other, t
+    final = rebalance_memo(job, chain, final, view)  # step 8: the layer split, a layer at a time
     return Placement(segments=tuple(chain), plan=final,
                      detail={"candidates": len(chains), "proxy_ranked": [c for c, _ in ranked[0]]})
