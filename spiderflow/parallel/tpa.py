@@ -19,6 +19,9 @@ best ``EXACT_CHECKS`` are re-ranked with the exact 1F1B ``predict``. The
 winner is set beside its intra-cluster refinement (:func:`finalize`, the
 ILP of :mod:`spiderflow.parallel.intra_ilp`: per cluster, TP / PP and the
 layer split under memory), and the faster under the exact schedule is kept.
+SpinSearch then moves layers across its final plan's stage boundaries while
+the estimate falls (:func:`rebalance`, its step 8: step 1's split suits a
+pipeline its compute paces, not one a thin WAN link paces).
 Cost: O(shapes x 4 x S) estimates at most; shapes are capped by
 ``MAX_ENUMERATED_SEGMENTS``. In practice a handful: candidates are taken in
 order of an admissible floor under their estimate and the search stops when
