@@ -41,7 +41,8 @@ class StageMemory:
 
 
 def stage_memory(plan: Plan, topology: Topology) -> list[StageMemory]:
-    return [stage_memory_of(plan, topology, r, i, st) for r, rep in enumerate(plan.replicas) for i, st in enumerate(rep)]
+    return [stage_memory_of(plan, topology, r, i, st)
+            for r, rep in enumerate(plan.replicas) for i, st in enumerate(rep)]
 
 
 def stage_memory_of(plan: Plan, topology: Topology, r: int, i: int, st: Stage) -> StageMemory:
