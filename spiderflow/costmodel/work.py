@@ -86,18 +86,29 @@ class PlanWork:
 def stage_syncs(plan: Plan, view: TopologyView) -> list[tuple[float, tuple[str, ...], float]]:
     """Per stage: (intra-cluster sync seconds, its replicas' clusters in order of first appearance,
     its gradient bytes)."""
-    return [stage_sync(plan, view, i, stage) for i, stage in enumerate(plan.stages)]
+    shared = _sync_shared(plan)
+    return [_stage_sync(plan, view, i, stage, shared) for i, stage in enumerate(plan.stages)]
 
 
 def stage_sync(plan: Plan, view: TopologyView, i: int, stage: Stage) -> tuple[float, tuple[str, ...], float]:
     """:func:`stage_syncs`' entry of stage ``i`` were it ``stage`` (its layer range may differ from the
     plan's: :func:`~spiderflow.parallel.tpa.rebalance` prices moved layers so)."""
+    return _stage_sync(plan, view, i, stage, _sync_shared(plan))
+
+
+def _sync_shared(plan: Plan) -> tuple:
+    """What every stage's sync entry of ``plan`` shares: its memo key's prefix and the model's layers."""
+    return ("syncs", plan.job.model, plan.dp), plan.job.spec.layers
+
+
+def _stage_sync(plan: Plan, view: TopologyView, i: int, stage: Stage,
+                shared: tuple) -> tuple[float, tuple[str, ...], float]:
     # it depends on the stage's tp, layer range and its replicas' clusters only (memoised on the
     # view: the search loops price many plans of one job that repeat stages)
-    memo, last = view._memo, plan.job.spec.layers
+    prefix, last = shared
     at = tuple(rep[i].cluster for rep in plan.replicas)
-    key = (("syncs", plan.job.model, plan.dp), stage.tp, stage.layer_start == 0, stage.layer_end - stage.layer_start,
-           stage.layer_end == last, at)
+    key = (prefix, stage.tp, stage.layer_start == 0, stage.layer_end - stage.layer_start, stage.layer_end == last, at)
+    memo = view._memo
     hit = memo.get(key)
     if hit is None:
         params = stage_params(plan, stage)
@@ -110,27 +121,40 @@ def replica_work(plan: Plan, view: TopologyView, replica: int,
                  syncs: list[tuple[float, tuple[str, ...], float]] | None = None) -> list[RankWork]:
     """The work items of one replica's ranks (stage order)."""
     syncs = stage_syncs(plan, view) if syncs is None else syncs
-    return [stage_work(plan, view, replica, i, st, syncs[i]) for i, st in enumerate(plan.replicas[replica])]
+    shared = _work_shared(plan)
+    return [_stage_work(plan, view, replica, i, st, syncs[i], shared) for i, st in enumerate(plan.replicas[replica])]
 
 
 def stage_work(plan: Plan, view: TopologyView, replica: int, i: int, st: Stage,
                sync: tuple[float, tuple[str, ...], float]) -> RankWork:
     """The work item of stage ``i`` of ``replica`` were it ``st`` (its layer range may differ from the
     plan's), with its :func:`stage_sync` entry ``sync``."""
+    return _stage_work(plan, view, replica, i, st, sync, _work_shared(plan))
+
+
+def _work_shared(plan: Plan) -> tuple:
+    """What every stage's work item of ``plan`` shares: its compute memo key's prefix, the model's
+    layers and one micro-batch's boundary bytes."""
+    job = plan.job
+    return (("compute", job.model, job.seq_len, plan.micro_batch_size, plan.recompute), job.spec.layers,
+            job.spec.boundary_bytes(plan.micro_batch_size, job.seq_len))
+
+
+def _stage_work(plan: Plan, view: TopologyView, replica: int, i: int, st: Stage,
+                sync: tuple[float, tuple[str, ...], float], shared: tuple) -> RankWork:
     # a stage's compute depends on these and its (cluster, tp, layers, last) only: the search
     # loops price many plans of one job whose stages repeat them (memoised on the view)
-    job = plan.job
-    key = (("compute", job.model, job.seq_len, plan.micro_batch_size, plan.recompute), st.cluster, st.tp,
-           st.layer_end - st.layer_start, st.layer_end == job.spec.layers)
-    hit = view._memo.get(key)
+    prefix, last, group = shared
+    key = (prefix, st.cluster, st.tp, st.layer_end - st.layer_start, st.layer_end == last)
+    memo = view._memo
+    hit = memo.get(key)
     if hit is None:
-        hit = view._memo[key] = stage_compute_s(plan, st, view.topology, view.calibration)
+        hit = memo[key] = stage_compute_s(plan, st, view.topology, view.calibration)
     fwd, bwd = hit
     stages = plan.replicas[replica]
     depth = len(stages)
     prev_c = stages[i - 1].cluster if i > 0 else None
     next_c = stages[i + 1].cluster if i + 1 < depth else None
-    group = job.spec.boundary_bytes(plan.micro_batch_size, job.seq_len)
     rank = replica * depth + i
     return RankWork(
         rank=rank, replica=replica, stage=i, cluster=st.cluster, layers=st.layers,
