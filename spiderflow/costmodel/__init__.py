@@ -7,9 +7,13 @@ caller knows of the network; see :mod:`spiderflow.costmodel.network`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+import numpy as np
+
+from spiderflow.costmodel.batch import FIELDS, estimate_batch
 from spiderflow.costmodel.calibration import (NO_CALIBRATION, AlphaBeta, Calibration,
                                               load_calibration)
 from spiderflow.costmodel.memory import StageMemory, stage_memory, stage_memory_of
@@ -21,6 +25,7 @@ from spiderflow.costmodel.work import (PlanWork, RankWork, Repricer, crowd_of, p
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
 
+BATCH_MOVES = 8  # LayerMoves.estimates: from this many moves, priced in one batch
 FLOOR_SAFETY = 1e-9  # relative margin for float rounding between a bound's sums and the schedule's
 
 
@@ -214,31 +219,41 @@ class LayerMoves:
     """``plan``'s stages priced with other layer ranges, a stage at a time: what
     :func:`~spiderflow.parallel.tpa.rebalance` needs to judge moving one layer across a stage boundary
     without pricing the whole plan again. A stage's cost and memory depend on its own layer range,
-    not on the others' (its neighbours' clusters, the plan's micro-batching and levers stay), so
-    :meth:`estimate` of the stages' ranges is the same float as ``estimate`` of the plan split so,
-    and :meth:`fits` of every stage is ``fits_memory`` of it."""
+    not on the others' (its neighbours' clusters, the plan's micro-batching and levers stay), and
+    on that range only through its length (whether it holds the first or the last layer follows from
+    its place in the pipeline), so they are priced once per stage and length; :meth:`estimate` of the
+    stages' ranges is the same float as ``estimate`` of the plan split so, and :meth:`fits` of every
+    stage is ``fits_memory`` of it."""
 
     def __init__(self, plan: Plan, view: TopologyView) -> None:
         self.plan, self.view = plan, view
         self.replicas = _distinct_replicas(plan)
         self._crowd = crowd_of(plan, view)
-        self._costs: dict[tuple[int, int, int, int], StageCost] = {}
-        self._fits: dict[tuple[int, int, int], bool] = {}
+        self._costs: dict[tuple[int, int, int], tuple[StageCost, tuple]] = {}  # the cost, its batch row
+        self._fits: dict[tuple[int, int], bool] = {}
+        self._rings: dict[tuple[str, ...], int] = {}
 
     def cost(self, replica: int, i: int, start: int, end: int) -> StageCost:
         """Stage ``i`` of ``replica`` (one of :attr:`replicas`) holding layers ``[start, end)``."""
-        key = (replica, i, start, end)
+        return self._priced(replica, i, start, end)[0]
+
+    def _priced(self, replica: int, i: int, start: int, end: int) -> tuple[StageCost, tuple]:
+        """:meth:`cost`, and its figures as a row of :func:`estimate_batch`'s input (``FIELDS``, then
+        a number for its sync ring)."""
+        key = (replica, i, end - start)  # stage i starts at layer 0 or ends at the last only as the first or last
         hit = self._costs.get(key)
         if hit is None:
             plan, view = self.plan, self.view
             st = replace(plan.replicas[replica][i], layer_start=start, layer_end=end)
             item = stage_work(plan, view, replica, i, st, stage_sync(plan, view, i, st))
-            hit = self._costs[key] = price([item], view, self._crowd)[0]
+            c = price([item], view, self._crowd)[0]
+            ring = self._rings.setdefault(c.sync_ring, len(self._rings))
+            hit = self._costs[key] = (c, (*(getattr(c, f) for f in FIELDS), ring))
         return hit
 
     def fits(self, i: int, start: int, end: int) -> bool:
         """Stage ``i`` of every replica fits in memory holding layers ``[start, end)``."""
-        key = (i, start, end)
+        key = (i, end - start)
         hit = self._fits.get(key)
         if hit is None:
             plan, topology = self.plan, self.view.topology
@@ -247,9 +262,29 @@ class LayerMoves:
                 for r, rep in enumerate(plan.replicas))
         return hit
 
-    def estimate(self, costs: dict[int, list[StageCost]]) -> float:
-        """``estimate`` from each distinct replica's stage costs (``costs[replica]``, stage order)."""
-        return max(estimate_1f1b(c, self.plan.micro_batches) for c in costs.values())
+    def estimate(self, bounds: Sequence[int]) -> float:
+        """``estimate`` of the plan with stage ``i`` holding layers ``[bounds[i], bounds[i + 1])``."""
+        return max(estimate_1f1b([self.cost(r, i, bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)],
+                                 self.plan.micro_batches) for r in self.replicas)
+
+    def estimates(self, bounds: Sequence[int], moves: Sequence[tuple[int, int]]) -> list[float]:
+        """:meth:`estimate` of each move ``(i, at)`` of ``bounds``: the boundary between stages i - 1
+        and i moved to layer ``at``. The same floats; from ``BATCH_MOVES`` moves up computed together
+        (:func:`~spiderflow.costmodel.batch.estimate_batch`), below that one by one (faster there)."""
+        if len(moves) < BATCH_MOVES:
+            return [self.estimate([*bounds[:i], at, *bounds[i + 1:]]) for i, at in moves]
+        rows = np.arange(len(moves))
+        lo = np.array([i - 1 for i, _ in moves])
+        out = None
+        for r in self.replicas:
+            base = np.array([self._priced(r, i, bounds[i], bounds[i + 1])[1] for i in range(len(bounds) - 1)])
+            figures = np.empty((len(FIELDS) + 1, len(moves), len(base)))
+            figures[:] = base.T[:, None, :]
+            figures[:, rows, lo] = np.array([self._priced(r, i - 1, bounds[i - 1], at)[1] for i, at in moves]).T
+            figures[:, rows, lo + 1] = np.array([self._priced(r, i, at, bounds[i + 1])[1] for i, at in moves]).T
+            t = estimate_batch(figures[:-1], figures[-1].astype(np.int64), self.plan.micro_batches)
+            out = t if out is None else np.maximum(out, t)
+        return out.tolist()
 
 
 def repricer(plan: Plan, view: TopologyView) -> Repricer:

@@ -2,6 +2,7 @@
 
 import re
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -153,6 +154,32 @@ def test_the_period_summed_in_numpy_is_the_periods_float(S, m, rnd):
         assert fast == schedule.steady_period(work, send_f, lat_f, send_b, lat_b, m)
     finally:
         schedule.NUMPY_PERIOD = saved
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.sampled_from((1, 2, 5, 16, 64, 1024)),
+       st.randoms(use_true_random=False))
+def test_pipelines_estimated_together_get_each_ones_float(S, K, m, rnd):
+    """``estimate_batch`` prices K pipelines of S stages at once (SpinSearch's step 8 prices every
+    move of a layer so): each row's result is ``estimate_1f1b``'s float for that pipeline alone, bit
+    for bit, with thin links, ties, stages without an inter-cluster sync and rings shared by some."""
+    from spiderflow.costmodel.batch import FIELDS, estimate_batch
+
+    def cost(i: int) -> StageCost:
+        send_f = rnd.choice((0.0, 1e-3, 2.5)) * rnd.random() if i < S - 1 else 0.0
+        send_b = rnd.choice((0.0, 1e-3, 2.5)) * rnd.random() if i > 0 else 0.0
+        wan = rnd.choice((0.0, 0.0, rnd.uniform(0.1, 4.0)))
+        return StageCost(rnd.choice((0.5, rnd.uniform(0.01, 3.0))), rnd.uniform(0.01, 6.0), send_f, send_b,
+                         rnd.choice((0.0, rnd.uniform(0.0, 2.0))), sync_wan_s=wan,
+                         sync_ring=rnd.choice((("a", "b"), ("b", "c"))) if wan else (),
+                         send_forward_latency_s=send_f * rnd.random(), send_backward_latency_s=send_b * rnd.random())
+
+    pipelines = [[cost(i) for i in range(S)] for _ in range(K)]
+    rings: dict = {}
+    figures = np.array([[[*(getattr(c, f) for f in FIELDS), rings.setdefault(c.sync_ring, len(rings))]
+                         for c in p] for p in pipelines]).transpose(2, 0, 1)
+    together = estimate_batch(figures[:-1], figures[-1].astype(np.int64), m).tolist()
+    assert together == [estimate_1f1b(p, m) for p in pipelines]
 
 
 def test_estimate_counts_the_warm_up_forwards_queued_on_a_thin_link():

@@ -5,7 +5,7 @@ thin link paces the pipeline."""
 
 import random
 
-from spiderflow.costmodel import LayerMoves, TopologyView, estimate, fits_memory, predict
+from spiderflow.costmodel import BATCH_MOVES, LayerMoves, TopologyView, estimate, fits_memory, predict
 from spiderflow.parallel import tpa
 from spiderflow.parallel.shapes import Shape
 from spiderflow.placement import PlacementRequest, clear_memos, run_planner
@@ -54,7 +54,7 @@ def test_layer_moves_price_any_split_as_the_whole_plan_is_priced():
     rng = random.Random(3)
     view = TopologyView(topology=topo, link_load={l.key: 2.0 for l in topo.links if rng.random() < 0.4})
     names = [c.name for c in topo.clusters]
-    checked = 0
+    checked = batched = 0
     for _ in range(12):
         chain = [(c, 16) for c in rng.sample(names, rng.choice((2, 3, 4)))]
         job = Job(job_id="j", arrival_s=0.0, model=rng.choice(("gpt3-1.3b", "llama2-7b")), gpus=16 * len(chain),
@@ -70,12 +70,17 @@ def test_layer_moves_price_any_split_as_the_whole_plan_is_priced():
             cuts = sorted(rng.sample(range(1, job.spec.layers), plan.depth - 1))
             bounds = [0, *cuts, job.spec.layers]
             split = tpa._split(plan, [b - a for a, b in zip(bounds, bounds[1:])])
-            costs = {r: [moves.cost(r, i, bounds[i], bounds[i + 1]) for i in range(plan.depth)]
-                     for r in moves.replicas}
-            assert moves.estimate(costs) == estimate(split, view)
+            assert moves.estimate(bounds) == estimate(split, view)
+            # every move of a layer across a boundary, priced together (from BATCH_MOVES moves) or alone
+            steps = [(i, at) for i in range(1, plan.depth) for at in (bounds[i] - 1, bounds[i] + 1)
+                     if bounds[i - 1] < at < bounds[i + 1]]
+            moved = [tpa._split(plan, [b - a for a, b in zip(nb, nb[1:])])
+                     for nb in ([*bounds[:i], at, *bounds[i + 1:]] for i, at in steps)]
+            assert moves.estimates(bounds, steps) == [estimate(p, view) for p in moved]
+            batched += len(steps) >= BATCH_MOVES
             assert all(moves.fits(i, bounds[i], bounds[i + 1]) for i in range(plan.depth)) == fits_memory(split, view)
             checked += 1
-    assert checked >= 20
+    assert checked >= 20 and batched >= 10, (checked, batched)
 
 
 def test_spinsearch_returns_the_rebalanced_plan():
