@@ -72,32 +72,40 @@ share and the load running jobs put on each link (``req.topology_view()``).
    two close ones (a 128-GPU gpt3-1.3b job on 32 generated clusters: it put
    a plan 0.1% behind one whose exact schedule is 2.4% slower). The plans
    steps 4-6 found on the way to the best one, each the best so far when
-   found, are near ties when their estimates are within ``NEAR`` of the best. When the best plan's schedule is small enough to
-   simulate cheaply (stages x micro-batches <= ``NEAR_CHECK_WORK``) each near
-   tie is finalised and simulated too, unless its schedule's floor already
-   rules it out, and the fastest exact schedule wins. (Asking TPA for every
-   plan within ``NEAR`` of the best, not only below it, found more ties and
-   cost the simulator 30% more CPU.)
+   found, are near ties when their estimates are within ``NEAR`` of the
+   best. When the best plan's schedule is small enough to simulate cheaply
+   (stages x micro-batches <= ``NEAR_CHECK_WORK``) each near tie is
+   finalised, its layer split rebalanced (step 8) and simulated too, unless
+   its schedule's floor already rules it out, and the fastest exact schedule
+   wins: the plans are compared as they would run (judged before step 8, a
+   tie that rebalances better lost: ``bench planner``'s 8-cluster b1, a
+   176-GPU gpt3-1.3b job, 16.72 s an iteration, now 16.41 s). (Asking TPA
+   for every plan within ``NEAR`` of the best, not only below it, found more
+   ties and cost the simulator 30% more CPU.)
 8. **Layer split.** TPA splits a shape's layers in proportion to each stage's
    compute, which balances a pipeline its compute paces; across a thin WAN
    link the round trip of the micro-batches in flight paces it, and another
-   split runs faster. The final plan's layers are moved across its stage
-   boundaries, one at a time, while the closed-form estimate falls
+   split runs faster. The best plan's layers (and each near tie's that step 7
+   simulates) are moved across its stage boundaries, one at a time, while
+   the closed-form estimate falls
    (:func:`~spiderflow.parallel.tpa.rebalance`; kept by the exact schedule
-   where the estimate fell by less than 2%): a 32-GPU gpt3-13b job on an
+   where the estimate fell by less than 2% and that schedule is cheap to
+   run): a 32-GPU gpt3-13b job on an
    a100-80gb and an h100 cluster of 16 generated clusters, 16.8 s an
    iteration with 4 of 40 layers on the a100 stage, 13.3 s with 1 (where
    ``joint-ilp`` found 14.4 s and ``ilp-topo`` proved 16.8 s optimal over
    TPA's splits). On ``trace_jct.py``'s 30 simulated 64-cluster traces, on
-   the same arrivals, avg JCT 0.932x by geometric mean (26 lower), for 1.43x
-   the simulator's CPU.
+   the same arrivals, avg JCT 0.942x by geometric mean (25 lower), for 1.33x
+   the simulator's CPU (0.85x of that since each step's moves are priced in
+   one batch).
 
 Complexity: O(s * k * d) path look-ups for s seeds, sets of k clusters and
 degree d (routes come from Dijkstra per source, cached in the Topology across
 calls), O(k! k) ordering for k <= 6 and O(k^3) beyond, then a constant number
 of TPA calls and up to 2(k + 1) more (steps 5 and 6, for two sets; most end at their first floor),
 ``DEEPER`` more (and steps 5 and 6 for each that wins), an exact schedule per near tie (step 7), and
-O(S) estimates per layer moved (step 8, S stages; each move priced on the two stages it changes).
+2(S - 1) estimates per layer moved (step 8, S stages; each move priced on the two stages it changes,
+all of a step's moves in one numpy batch).
 Deterministic: ties break by cluster name; no randomness.
 """
 
@@ -598,18 +606,18 @@ def place(req: PlacementRequest) -> Placement:
     if best is None:
         raise InfeasiblePlan(errors[0])
     chain, plan = best
-    final = finalize_memo(job, chain, plan, view)
+    # step 8: the layer split, a layer at a time (each near tie's too, so that step 7 compares them as they run)
+    final = rebalance_memo(job, chain, finalize_memo(job, chain, plan, view), view)
     ties = [(c, p) for t, c, p in found if t < best_t * (1 + NEAR) and p is not plan]
     if ties and final.depth * final.micro_batches <= NEAR_CHECK_WORK:
         # step 7: the near ties judged on the exact schedule, the closed form's own error aside
         fastest = predict(final, view).iteration_s
         for c, p in ties:
-            other = finalize_memo(job, c, p, view)
+            other = rebalance_memo(job, c, finalize_memo(job, c, p, view), view)
             if schedule_bounds(other, view)[1] >= fastest:
                 continue  # its schedule cannot be faster: not simulated
             t = predict(other, view).iteration_s
             if t < fastest:
                 chain, final, fastest = c, other, t
-    final = rebalance_memo(job, chain, final, view)  # step 8: the layer split, a layer at a time
     return Placement(segments=tuple(chain), plan=final,
                      detail={"candidates": len(chains), "proxy_ranked": [c for c, _ in ranked[0]]})
