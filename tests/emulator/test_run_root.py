@@ -358,13 +358,13 @@ def iterations_logged(path) -> int:
     return sum(json.loads(line).get("event") == "iteration" for line in path.read_text().splitlines() if line)
 
 
-def run_on_three_clusters(inputs, trace: str, *extra) -> subprocess.CompletedProcess:
+def run_on_three_clusters(inputs, trace: str, *extra, wait: bool = False) -> subprocess.CompletedProcess:
     """`emulator run` of ``trace`` on the three clusters, 40 iterations, SpinSearch without admission
-    (--no-wait), at dilation 2, not auto's 4: half the wall time, for tests of a move, which do not
-    measure against the model."""
+    (--no-wait; with it when ``wait``), at dilation 2, not auto's 4: half the wall time, for tests of a
+    move or a wait, which do not measure against the model."""
     (inputs / "three.yaml").write_text(THREE_CLUSTERS_YAML)
     (inputs / "three.csv").write_text(trace)
-    argv = run_argv(inputs, "--iterations", "40", "--no-wait", "--dilation", "2", *extra)
+    argv = run_argv(inputs, "--iterations", "40", *(() if wait else ("--no-wait",)), "--dilation", "2", *extra)
     argv[argv.index("--topology") + 1] = str(inputs / "three.yaml")
     argv[argv.index("--trace") + 1] = str(inputs / "three.csv")
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
@@ -394,6 +394,28 @@ def test_spinsearch_moves_a_job_a_wan_change_slowed_to_the_gpus_freed_meanwhile(
     assert 0 < first < 40 and first + second == 40  # the move kept its progress and ran the rest
     assert wan["after_change"]["measured_iterations"] >= 5
     assert json.loads((inputs / "out" / "config.json").read_text())["replan"] is True
+    assert_no_leak()
+
+
+@pytest.mark.root
+def test_spinsearch_waits_for_a_cluster_about_to_free_rather_than_spread_over_the_wan(inputs, state_dir,
+                                                                                       assert_no_leak):
+    """With admission (the default), "wan" arrives while "hold" runs on north for about a second: on
+    east + west it would take 0.55 s an iteration, on north 0.026 s once "hold" ends, so it waits for
+    "hold" (the decision in the log), then starts on north as "hold" ends and is never moved."""
+    done = run_on_three_clusters(inputs, MOVE_TRACE, wait=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = {j["job_id"]: j for j in json.loads(done.stdout)["jobs"]}
+    hold, wan = jobs["hold"], jobs["wan"]
+    assert hold["status"] == "ok" and hold["placement"] == {"north": 16}
+    assert wan["status"] == "ok" and wan["placement"] == {"north": 16}, (wan, done.stderr[-3000:])
+    ranks = inputs / "out" / "ranks"
+    assert iterations_logged(ranks / "wan-r0.jsonl") == 40 and not (ranks / "wan.1-r0.jsonl").exists()  # not moved
+    assert re.search(r"wan: waits for hold to end \(expected at [\d.e+]+ s\): finishes at [\d.e+]+ s on north:16 "
+                     r"vs [\d.e+]+ s if started now on (east:8 west:8|west:8 east:8)", done.stderr), done.stderr[-3000:]
+    assert "wan: started on north:16" in done.stderr, done.stderr[-3000:]
+    assert wan["queue_s"] > 0.0
+    assert json.loads((inputs / "out" / "config.json").read_text())["wait"] is True
     assert_no_leak()
 
 
