@@ -87,17 +87,15 @@ share and the load running jobs put on each link (``req.topology_view()``).
    link the round trip of the micro-batches in flight paces it, and another
    split runs faster. The best plan's layers (and each near tie's that step 7
    simulates) are moved across its stage boundaries, one at a time, while
-   the closed-form estimate falls
-   (:func:`~spiderflow.parallel.tpa.rebalance`; kept by the exact schedule
-   where the estimate fell by less than 2% and that schedule is cheap to
-   run): a 32-GPU gpt3-13b job on an
-   a100-80gb and an h100 cluster of 16 generated clusters, 16.8 s an
-   iteration with 4 of 40 layers on the a100 stage, 13.3 s with 1 (where
-   ``joint-ilp`` found 14.4 s and ``ilp-topo`` proved 16.8 s optimal over
-   TPA's splits). On ``trace_jct.py``'s 30 simulated 64-cluster traces, on
-   the same arrivals, avg JCT 0.942x by geometric mean (25 lower), for 1.33x
-   the simulator's CPU (0.85x of that since each step's moves are priced in
-   one batch).
+   the closed-form estimate falls (:func:`~spiderflow.parallel.tpa.rebalance`;
+   kept by the exact schedule where the estimate fell by less than 2% and
+   that schedule is cheap to run): a 32-GPU gpt3-13b job on an a100-80gb and
+   an h100 cluster of 16 generated clusters, 16.8 s an iteration with 4 of
+   40 layers on the a100 stage, 13.3 s with 1 (where ``joint-ilp`` found
+   14.4 s and ``ilp-topo`` proved 16.8 s optimal over TPA's splits). On
+   ``trace_jct.py``'s 30 simulated 64-cluster traces, on the same arrivals,
+   avg JCT 0.942x by geometric mean (25 lower), for 1.33x the simulator's
+   CPU (0.85x of that since each step's moves are priced in one batch).
 
 Complexity: O(s * k * d) path look-ups for s seeds, sets of k clusters and
 degree d (routes come from Dijkstra per source, cached in the Topology across
