@@ -26,6 +26,9 @@ from spiderflow.errors import InfeasiblePlan
 from spiderflow.plan import Plan
 
 BATCH_MOVES = 8  # LayerMoves.estimates: from this many moves, priced in one batch
+# stages x micro-batches up to which a search runs a plan's exact schedule (predict) beside the closed form:
+# SpinSearch's near ties (step 7) and the check of a layer split rebalanced by a small gain (step 8)
+CHEAP_SCHEDULE_WORK = 4096
 FLOOR_SAFETY = 1e-9  # relative margin for float rounding between a bound's sums and the schedule's
 
 

@@ -19,9 +19,10 @@ best ``EXACT_CHECKS`` are re-ranked with the exact 1F1B ``predict``. The
 winner is set beside its intra-cluster refinement (:func:`finalize`, the
 ILP of :mod:`spiderflow.parallel.intra_ilp`: per cluster, TP / PP and the
 layer split under memory), and the faster under the exact schedule is kept.
-SpinSearch then moves layers across its final plan's stage boundaries while
-the estimate falls (:func:`rebalance`, its step 8: step 1's split suits a
-pipeline its compute paces, not one a thin WAN link paces).
+SpinSearch then moves layers across its best plan's stage boundaries (and
+its near ties') while the estimate falls (:func:`rebalance`, its step 8:
+step 1's split suits a pipeline its compute paces, not one a thin WAN link
+paces).
 Cost: O(shapes x 4 x S) estimates at most; shapes are capped by
 ``MAX_ENUMERATED_SEGMENTS``. In practice a handful: candidates are taken in
 order of an admissible floor under their estimate and the search stops when
@@ -38,8 +39,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from spiderflow.costmodel import (LayerMoves, TopologyView, estimate, fits_memory, known_estimate, known_prediction,
-                                  note_estimate, note_prediction, predict, schedule_bounds)
+from spiderflow.costmodel import (CHEAP_SCHEDULE_WORK, LayerMoves, TopologyView, estimate, fits_memory,
+                                  known_estimate, known_prediction, note_estimate, note_prediction, predict,
+                                  schedule_bounds)
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.costmodel.network import Crowded, crowded_route
 from spiderflow.costmodel.work import chains_crowd_of
@@ -56,11 +58,10 @@ ILP_COMPUTE_SHARE = 0.5
 # (on 178 moved splits of 2,000 simulated jobs at load 0.9, each whose estimate fell by 0.5% or more ran
 # faster on the exact schedule; 10 of the 21 that fell by less did not)
 REBALANCE_SURE = 0.02
-# ... when the plan's stages x micro-batches are at most this (step 7's bound on a schedule's cost); larger
-# plans run hundreds of micro-batches, whose steady state the estimate prices closely: on the 30 such splits
-# of that run the exact schedule's gain was within 0.5% of the estimate's and none ran slower (one alike),
-# while their schedules took 1.2 s, a tenth of the run's CPU
-REBALANCE_CHECK_WORK = 4096
+# ... when the plan's schedule is cheap to run (CHEAP_SCHEDULE_WORK, step 7's bound too); larger plans run
+# hundreds of micro-batches, whose steady state the estimate prices closely: on the 30 such splits of that
+# run the exact schedule's gain was within 0.5% of the estimate's and none ran slower (one alike), while
+# their schedules took 1.2 s, a tenth of the run's CPU
 REBALANCE_STEP = 1e-3  # rebalance stops at a move that lowers the estimate by less than this share
 
 
@@ -270,7 +271,7 @@ def rebalance(plan: Plan, view: TopologyView) -> Plan:
     one split (their stages share layer boundaries). Each move is priced on the two stages it changes
     (:class:`~spiderflow.costmodel.LayerMoves`), every move of a step at once; a split whose estimate
     fell by less than ``REBALANCE_SURE`` is kept only if the exact schedule agrees, where that schedule
-    is cheap to run (``REBALANCE_CHECK_WORK``)."""
+    is cheap to run (``CHEAP_SCHEDULE_WORK``)."""
     if plan.depth < 2:
         return plan
     moves = LayerMoves(plan, view)
@@ -291,7 +292,7 @@ def rebalance(plan: Plan, view: TopologyView) -> Plan:
     if not moved:
         return plan
     best = _split(plan, [b - a for a, b in zip(bounds, bounds[1:])])
-    if (best_t > start_t * (1 - REBALANCE_SURE) and plan.depth * plan.micro_batches <= REBALANCE_CHECK_WORK
+    if (best_t > start_t * (1 - REBALANCE_SURE) and plan.depth * plan.micro_batches <= CHEAP_SCHEDULE_WORK
             and predict(best, view).iteration_s >= predict(plan, view).iteration_s):
         return plan
     note_estimate(best, view, best_t)

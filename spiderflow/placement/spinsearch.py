@@ -74,7 +74,7 @@ share and the load running jobs put on each link (``req.topology_view()``).
    steps 4-6 found on the way to the best one, each the best so far when
    found, are near ties when their estimates are within ``NEAR`` of the
    best. When the best plan's schedule is small enough to simulate cheaply
-   (stages x micro-batches <= ``NEAR_CHECK_WORK``) each near tie is
+   (stages x micro-batches <= ``CHEAP_SCHEDULE_WORK``) each near tie is
    finalised, its layer split rebalanced (step 8) and simulated too, unless
    its schedule's floor already rules it out, and the fastest exact schedule
    wins: the plans are compared as they would run (judged before step 8, a
@@ -115,7 +115,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from spiderflow.costmodel import TopologyView, estimate_memo, predict, schedule_bounds
+from spiderflow.costmodel import CHEAP_SCHEDULE_WORK, TopologyView, estimate_memo, predict, schedule_bounds
 from spiderflow.costmodel.network import Channel
 from spiderflow.costmodel.work import chains_crowd_of
 from spiderflow.errors import InfeasiblePlan
@@ -131,7 +131,6 @@ DEEPER = 7  # further ranked chains asked, after steps 5 and 6, for a plan that 
 SMALL_TOPOLOGY = 8  # clusters with free GPUs; below this, small sets are enumerated too
 EXHAUSTIVE_ORDER = 6
 NEAR = 0.02  # plans whose closed-form estimates are this close to the best are simulated too (step 7)
-NEAR_CHECK_WORK = 4096  # ... when the best plan's stages x micro-batches are at most this (a schedule's cost)
 MICRO_BATCH_GUESS_SEQUENCES = 8  # proxy's guess of sequences per micro-batch across DP (m ~ batch / 8)
 
 
@@ -607,7 +606,7 @@ def place(req: PlacementRequest) -> Placement:
     # step 8: the layer split, a layer at a time (each near tie's too, so that step 7 compares them as they run)
     final = rebalance_memo(job, chain, finalize_memo(job, chain, plan, view), view)
     ties = [(c, p) for t, c, p in found if t < best_t * (1 + NEAR) and p is not plan]
-    if ties and final.depth * final.micro_batches <= NEAR_CHECK_WORK:
+    if ties and final.depth * final.micro_batches <= CHEAP_SCHEDULE_WORK:
         # step 7: the near ties judged on the exact schedule, the closed form's own error aside
         fastest = predict(final, view).iteration_s
         for c, p in ties:
