@@ -419,6 +419,54 @@ def test_spinsearch_waits_for_a_cluster_about_to_free_rather_than_spread_over_th
     assert_no_leak()
 
 
+FAST_SLOW_YAML = """\
+name: fast-slow
+clusters:
+  - {name: fast, gpu: h100, nodes: 1, gpus_per_node: 8}
+  - {name: slow, gpu: v100, nodes: 2, gpus_per_node: 8}
+links:
+  - {a: fast, b: slow, bandwidth_gbps: 1.0, latency_ms: 10}
+"""
+# 20 iterations each: "hold" takes fast for 3.6 s; "brief" starts on slow (1.4 s); "patient" arrives with
+# slow's other 8 GPUs free (13 s there) and waits for fast (1.8 s there once "hold" ends)
+STAND_TRACE = """\
+job_id,arrival_s,model,gpus,iterations,global_batch,seq_len
+hold,0.0,gpt3-2.7b,8,20,32,1024
+brief,1.0,gpt3-125m,8,20,32,1024
+patient,5.0,gpt3-1.3b,8,20,32,1024
+"""
+
+
+@pytest.mark.root
+def test_a_waiting_decision_stands_when_an_end_it_weighed_comes_as_expected(inputs, state_dir, assert_no_leak):
+    """With admission, "patient" weighs starting on slow at "brief"'s end and passes it over for fast
+    at "hold"'s end. "brief" ends on the emulated network as expected (0.01 s late; the slack is 5% of
+    the 3.1 s wait), so the decision stands: "patient" is not planned again then (one decision in the
+    log, where planning it again logs "waits for hold to end" with a later start-now figure), and it
+    starts on fast as "hold" ends."""
+    (inputs / "fs.yaml").write_text(FAST_SLOW_YAML)
+    (inputs / "stand.csv").write_text(STAND_TRACE)
+    argv = run_argv(inputs, "--iterations", "20", "--dilation", "2")
+    argv[argv.index("--topology") + 1] = str(inputs / "fs.yaml")
+    argv[argv.index("--trace") + 1] = str(inputs / "stand.csv")
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    jobs = {j["job_id"]: j for j in result["jobs"]}
+    assert [jobs[j]["status"] for j in ("hold", "brief", "patient")] == ["ok"] * 3
+    assert jobs["hold"]["placement"] == {"fast": 8} and jobs["brief"]["placement"] == {"slow": 8}
+    patient = jobs["patient"]
+    assert patient["placement"] == {"fast": 8}, (patient, done.stderr[-3000:])
+    arrived = {"brief": 1.0 / result["scale"], "patient": 5.0 / result["scale"]}  # the trace's, compressed
+    assert arrived["brief"] + jobs["brief"]["jct_s"] < arrived["patient"] + patient["queue_s"]  # ended while it waited
+    decisions = re.findall(r"patient: waits .*", done.stderr)  # planned again: "waits for hold to end ..." too
+    assert len(decisions) == 1 and re.fullmatch(
+        r"patient: waits for (hold, brief|brief, hold) to end \(expected at [\d.e+]+ s\): finishes at [\d.e+]+ s "
+        r"on fast:8 vs [\d.e+]+ s if started now on slow:8", decisions[0]), done.stderr[-3000:]
+    assert "patient: started on fast:8" in done.stderr, done.stderr[-3000:]
+    assert_no_leak()
+
+
 @pytest.mark.root
 def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_return(inputs, state_dir, assert_no_leak):
     """north's 16 GPUs are withdrawn from the start until trace 30 s (3 s into the replay): "wan" starts
