@@ -5,7 +5,8 @@ benchmarks/results/simulator_speed.md with wall and CPU time, the machine and
 its load average (the machine is shared: CPU time is the steadier figure).
 
 The trace is ``generate_trace(N, 0)`` at its default mean gap (600 s), which offers the
-64-cluster topology 4.5x (1,000 jobs) to 6.5x (10,000) its GPUs: the queue never drains.
+64-cluster topology 4.0x (2,000 jobs) to 6.0x (10,000) its GPUs on SpinSearch's plans at 6e7b40b
+(6.5x before step 8 made them faster): the queue never drains.
 ``--load L`` sizes the gap to an offered load L instead (``trace generate --load``: each job's
 GPU time as SpinSearch plans it alone on the empty topology).
 
