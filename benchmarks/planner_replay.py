@@ -16,20 +16,22 @@ The recording is a pickle: replay only files you recorded.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import pickle
+import sys
 import time
 from pathlib import Path
 
 from spiderflow import scheduling
-from spiderflow.errors import InfeasiblePlan
+from spiderflow.cliutil import OneLineParser, float_in, int_in, output_file, seed_arg
+from spiderflow.errors import ConfigError, InfeasiblePlan, SpiderFlowError
 from spiderflow.placement import PLANNERS, PlacementRequest
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.topology.generate import generate_topology
+from spiderflow.traces.generate import MAX_LOAD
 from spiderflow.traces.planned import PlannedGpuTime
 
-from simulator_speed import speed_trace  # this folder is on the path when the script runs
+from simulator_speed import MAX_JOBS, speed_trace  # this folder is on the path when the script runs
 
 CLUSTERS = 64
 
@@ -55,12 +57,19 @@ def record(jobs: int, load: float | None, seed: int, wait: bool, out: Path) -> i
         simulate(topo, trace, SimConfig(planner="spinsearch", wait=wait))
     finally:
         scheduling.Scheduler.__init__ = init
-    out.write_bytes(pickle.dumps(calls))
+    try:
+        out.write_bytes(pickle.dumps(calls))
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
     return len(calls)
 
 
 def replay(path: Path) -> tuple[int, float, float, str]:
-    calls = pickle.loads(path.read_bytes())
+    try:
+        calls = pickle.loads(path.read_bytes())
+    except Exception as exc:  # unreadable, or not a pickle of the recording's shape
+        raise ConfigError(f"{path}: cannot read a recording ({getattr(exc, 'strerror', None) or exc}); "
+                          f"give a file that `record --out` wrote") from None
     topo = generate_topology(CLUSTERS, 0)
     place = PLANNERS["spinsearch"]
     answers, big = [], 0.0
@@ -78,25 +87,30 @@ def replay(path: Path) -> tuple[int, float, float, str]:
     return len(calls), cpu, big, hashlib.sha1(repr(answers).encode()).hexdigest()[:12]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="benchmarks/planner_replay.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     rec = sub.add_parser("record")
-    rec.add_argument("--jobs", type=int, default=1000)
-    rec.add_argument("--load", type=float, default=None, help="offered load (default: 600 s gaps)")
-    rec.add_argument("--seed", type=int, default=0)
+    rec.add_argument("--jobs", type=int_in(1, MAX_JOBS), default=1000)
+    rec.add_argument("--load", type=float_in(0.0, MAX_LOAD), default=None, help="offered load (default: 600 s gaps)")
+    rec.add_argument("--seed", type=seed_arg, default=0)
     rec.add_argument("--no-wait", action="store_true", help="SpinSearch without its admission")
-    rec.add_argument("--out", type=Path, required=True)
+    rec.add_argument("--out", type=output_file, required=True)
     rep = sub.add_parser("replay")
     rep.add_argument("calls", type=Path)
-    args = ap.parse_args()
-    if args.cmd == "record":
-        n = record(args.jobs, args.load, args.seed, not args.no_wait, args.out)
-        print(f"{n} SpinSearch calls recorded in {args.out}")
-    else:
-        n, cpu, big, sig = replay(args.calls)
-        print(f"{n} calls: {cpu:.2f} s of CPU ({big:.2f} s for jobs over 128 GPUs); answers {sig}")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "record":
+            n = record(args.jobs, args.load, args.seed, not args.no_wait, Path(args.out))
+            print(f"{n} SpinSearch calls recorded in {args.out}")
+        else:
+            n, cpu, big, sig = replay(args.calls)
+            print(f"{n} calls: {cpu:.2f} s of CPU ({big:.2f} s for jobs over 128 GPUs); answers {sig}")
+    except SpiderFlowError as exc:  # e.g. --load with one job: its arrivals span no time
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -31,17 +31,21 @@ import time
 from pathlib import Path
 
 from spiderflow.bench import machine
-from spiderflow.placement import clear_memos
+from spiderflow.cliutil import OneLineParser, float_in, int_in, output_file, write_output_file
+from spiderflow.errors import SpiderFlowError
+from spiderflow.placement import PLANNERS, clear_memos
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import summarise
 from spiderflow.topology import Topology
 from spiderflow.topology.generate import generate_topology
 from spiderflow.traces import generate_trace
-from spiderflow.traces.generate import mean_gap_for_load, offered_load
+from spiderflow.traces.generate import MAX_LOAD, mean_gap_for_load, offered_load
 from spiderflow.traces.planned import PlannedGpuTime
 from spiderflow.workload import Job
 
 OUT = Path(__file__).parent / "results" / "simulator_speed.md"
+MAX_JOBS = 1_000_000  # as `trace generate --jobs`
+MAX_CLUSTERS = 4_096  # as `topology generate --clusters`
 
 
 def speed_gap(topo: Topology, jobs: int, seed: int, load: float | None, gpu_time: PlannedGpuTime) -> float:
@@ -55,15 +59,25 @@ def speed_trace(topo: Topology, jobs: int, seed: int, load: float | None, gpu_ti
     return generate_trace(jobs, seed, mean_interarrival_s=speed_gap(topo, jobs, seed, load, gpu_time))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=10_000)
-    ap.add_argument("--clusters", type=int, default=64)
-    ap.add_argument("--planner", default="spinsearch")
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="benchmarks/simulator_speed.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int_in(1, MAX_JOBS), default=10_000)
+    ap.add_argument("--clusters", type=int_in(2, MAX_CLUSTERS), default=64)
+    ap.add_argument("--planner", choices=list(PLANNERS), default="spinsearch")
     ap.add_argument("--no-wait", action="store_true", help="SpinSearch without its admission (starts every job at once)")
-    ap.add_argument("--load", type=float, default=None, help="size arrivals to this offered load (default: 600 s gaps)")
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args()
+    ap.add_argument("--load", type=float_in(0.0, MAX_LOAD), default=None,
+                    help="size arrivals to this offered load (default: 600 s gaps)")
+    ap.add_argument("--out", type=output_file, default=str(OUT))
+    args = ap.parse_args(argv)
+    try:
+        run(args)
+    except SpiderFlowError as exc:  # e.g. --load with one job: its arrivals span no time
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+def run(args: argparse.Namespace) -> None:
     topo = generate_topology(args.clusters, 0)
     gpu_time = PlannedGpuTime(topo)
     jobs = speed_trace(topo, args.jobs, 0, args.load, gpu_time)
@@ -90,10 +104,9 @@ def main() -> None:
             f"rejected | avg JCT (s) |\n|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n"
             f"| {args.jobs} | {args.clusters} | {topo.total_gpus} | {load:.2f} | {args.planner} | {wall:.1f} | {cpu:.1f} | "
             f"{s['total_overhead_s']:.1f} | {s['completed']} | {s['rejected']} | {s['avg_jct_s']:.4g} |\n")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    write_output_file(args.out, text)
     print(text)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
