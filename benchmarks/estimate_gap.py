@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 from spiderflow.bench import machine
+from spiderflow.cliutil import OneLineParser, int_in, output_file, seed_arg, write_output_file
 from spiderflow.costmodel import estimate, predict
+from spiderflow.errors import SpiderFlowError
 from spiderflow.placement import clear_memos
 from spiderflow.placement.spinsearch import place
 from spiderflow.simulate.engine import SimConfig, simulate
@@ -63,12 +65,38 @@ def summary(gaps: list[float]) -> str:
             f"{100 * min(gaps):+.2f}% .. {100 * max(gaps):+.2f}%")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--traces", default="64:600:1,64:600:2,8:300:3")
-    ap.add_argument("--out", type=Path, default=OUT)
-    args = ap.parse_args()
-    traces = [tuple(int(x) for x in t.split(":")) for t in args.traces.split(",")]
+def trace_list(text: str) -> list[tuple[int, int, int]]:
+    """argparse type for ``--traces``: CLUSTERS:JOBS:SEED, comma-separated."""
+    checks = (int_in(2, 4_096), int_in(1, 1_000_000), seed_arg)
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        try:
+            if len(parts) != 3:
+                raise argparse.ArgumentTypeError("")
+            out.append(tuple(check(x) for check, x in zip(checks, parts)))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"must be CLUSTERS:JOBS:SEED items, comma-separated, with 2..4,096 "
+                                             f"clusters and 1..1,000,000 jobs (got {item.strip()!r} in "
+                                             f"{text!r})") from None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="benchmarks/estimate_gap.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traces", type=trace_list, default="64:600:1,64:600:2,8:300:3", help="CLUSTERS:JOBS:SEED,...")
+    ap.add_argument("--out", type=output_file, default=str(OUT))
+    args = ap.parse_args(argv)
+    try:
+        run(args)
+    except SpiderFlowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+def run(args: argparse.Namespace) -> None:
+    traces = args.traces
     head = ("| trace | plans | median | p90 | p99 | max | over 2% | over 5% | signed range |\n"
             "|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
     lines, every = [], []
@@ -82,13 +110,14 @@ def main() -> None:
     worst = sorted(every, key=lambda r: -abs(r[0]))[:5]
     text = (f"# Estimate against exact schedule\n\n{dt.date.today()}, {machine()}; "
             f"{time.process_time() - cpu0:.0f} s of CPU.\n\n"
-            f"Command: `.venv/bin/python benchmarks/estimate_gap.py --traces {args.traces}`\n\n"
+            f"Command: `.venv/bin/python benchmarks/estimate_gap.py --traces "
+            f"{','.join(':'.join(map(str, t)) for t in traces)}`\n\n"
             "|estimate - exact| / exact of every plan SpinSearch returned, on the state it was planned on:\n\n"
             + head + "\n".join(lines) + "\n\nWorst plans:\n\n"
             + "\n".join(f"- {100 * g:+.2f}%: {d}" for g, d in worst) + "\n")
-    args.out.write_text(text)
+    write_output_file(args.out, text)
     print(text)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

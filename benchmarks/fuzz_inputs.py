@@ -35,6 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from spiderflow.bench import machine  # noqa: E402
+from spiderflow.cliutil import (OneLineParser, float_in, int_in, make_output_dir, name_list, output_dir,  # noqa: E402
+                                output_file, seed_arg, write_output_file)
+from spiderflow.errors import SpiderFlowError  # noqa: E402
 from tests.fuzzkit.families import Case, families, known_bad, valid_cases  # noqa: E402
 from tests.fuzzkit.run import run_case_subprocess  # noqa: E402
 
@@ -173,33 +176,55 @@ def report(rows: list[dict], known: list[dict], valid: list[dict], args, elapsed
     return "\n".join(out)
 
 
-def replay(spec: str, seed: int, where: Path) -> None:
-    family, index = spec.rsplit(":", 1)
-    case = make_case(family, int(index), seed)
-    where.mkdir(parents=True, exist_ok=True)
-    case.write(where)
-    print(f"wrote {case.family} input {spec} ({case.label}) into {where}")
+def replay_spec(text: str) -> tuple[str, int]:
+    """argparse type for ``--replay``: FAMILY:INDEX, a known family and an index from 0."""
+    family, _, index = text.rpartition(":")
+    known = list(families())
+    if family not in known or not index.isdigit():
+        raise argparse.ArgumentTypeError(f"must be FAMILY:INDEX with FAMILY one of {', '.join(known)} and INDEX "
+                                         f"an integer from 0 (got {text!r})")
+    return family, int(index)
+
+
+def replay(spec: tuple[str, int], seed: int, where: Path) -> None:
+    family, index = spec
+    case = make_case(family, index, seed)
+    case.write(make_output_dir(where, "--dir"))
+    print(f"wrote {case.family} input {family}:{index} ({case.label}) into {where}")
     if case.argv is not None:
         print("cd", where, "&&", PYTHON, "-m spiderflow", " ".join(repr(a) for a in case.argv))
     else:
         print("loader:", case.loader)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--examples", type=int, default=100, help="inputs per family (default %(default)s)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--timeout", type=float, default=20.0, help="seconds per run before it counts as a hang")
-    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--families", help="comma-separated subset (default: all)")
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--replay", help="FAMILY:INDEX: write that input's files to --dir and print its command")
-    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "fuzz-case")
-    args = ap.parse_args()
-    if args.replay:
-        return replay(args.replay, args.seed, args.dir)
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="benchmarks/fuzz_inputs.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int_in(1, 1_000_000), default=100,
+                    help="inputs per family (default %(default)s)")
+    ap.add_argument("--seed", type=seed_arg, default=0)
+    ap.add_argument("--timeout", type=float_in(0.0, 3600.0, "seconds"), default=20.0,
+                    help="seconds per run before it counts as a hang")
+    ap.add_argument("--workers", type=int_in(1, 256), default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--families", type=name_list(families(), "family"), help="comma-separated subset (default: all)")
+    ap.add_argument("--out", type=output_file, default=str(OUT))
+    ap.add_argument("--replay", type=replay_spec,
+                    help="FAMILY:INDEX: write that input's files to --dir and print its command")
+    ap.add_argument("--dir", type=output_dir, default=str(Path(tempfile.gettempdir()) / "fuzz-case"))
+    args = ap.parse_args(argv)
+    try:
+        if args.replay:
+            replay(args.replay, args.seed, Path(args.dir))
+        else:
+            fuzz(args)
+    except SpiderFlowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+def fuzz(args: argparse.Namespace) -> None:
     os.environ["PYTHONIOENCODING"] = "utf-8"
-    fams = args.families.split(",") if args.families else list(families())
+    fams = args.families or list(families())
     jobs = [(f, i, args.seed, args.timeout) for f in fams for i in range(args.examples)]
     t0 = time.monotonic()
     rows: list[dict] = []
@@ -218,10 +243,10 @@ def main() -> None:
         valid = pool.map(run_listed, [("valid", i, args.timeout) for i in range(len(valid_cases()))])
     rows.sort(key=lambda r: (fams.index(r["family"]), r["index"]))
     md = report(rows, known, valid, args, time.monotonic() - t0)
-    args.out.write_text(md)
+    write_output_file(args.out, md)
     print(md)
     print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

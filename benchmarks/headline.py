@@ -49,14 +49,15 @@ from pathlib import Path
 from spiderflow import placement
 from spiderflow.bench import machine
 from spiderflow.placement import genetic
-from spiderflow.cliutil import dumps
+from spiderflow.cliutil import OneLineParser, dumps, float_in, make_output_dir, output_dir, write_output_file
+from spiderflow.errors import ConfigError, SpiderFlowError
 from spiderflow.provenance import provenance
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import SUMMARY_KEYS, summarise
 from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import generate_trace, load_trace
-from spiderflow.traces.generate import mean_gap_for_load, offered_load
+from spiderflow.traces.generate import MAX_LOAD, mean_gap_for_load, offered_load
 from spiderflow.traces.planned import PlannedGpuTime
 from spiderflow.workload import Job
 
@@ -455,7 +456,7 @@ def run_benchmark(out: Path, *, seeds: tuple[int, dict[str, int]], jobs: tuple[i
                     "windows": len(windows), "source": REAL_SOURCE, "mapping": "default (trace import)",
                     "mapping_report": report}
     total = len(cases) * len(planners)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir(out)
     rows = []
     for topo, case in cases:
         for label in planners:
@@ -499,16 +500,26 @@ def run_benchmark(out: Path, *, seeds: tuple[int, dict[str, int]], jobs: tuple[i
             "config": config}
 
 
+def load_list(text: str) -> list[float]:
+    """argparse type for ``--loads``: offered loads, comma-separated, each in (0, 2]."""
+    one = float_in(0.0, MAX_LOAD)
+    try:
+        return [one(x) for x in text.split(",") if x.strip()] or [one("")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be offered loads, comma-separated, each in (0, {MAX_LOAD:g}] "
+                                         f"(got {text!r})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=None, help="results directory (default runs/headline-<time>)")
+    ap = OneLineParser(prog="benchmarks/headline.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=output_dir, default=None, help="results directory (default runs/headline-<time>)")
     ap.add_argument("--seeds", default="5", help="trace seeds 0..N-1 (real-trace windows): N, or N,TOPOLOGY=M, "
                                                  "TOPOLOGY a name or file stem (default %(default)s)")
     ap.add_argument("--jobs", default="15,geo64=6", help="jobs per trace (window): N, or N,TOPOLOGY=M "
                                                          "(default %(default)s)")
     ap.add_argument("--topologies", default="topologies/paper8.yaml,topologies/geo64.yaml")
-    ap.add_argument("--loads", default="0.5,0.7,0.9", help="offered loads (default %(default)s)")
+    ap.add_argument("--loads", type=load_list, default="0.5,0.7,0.9", help="offered loads (default %(default)s)")
     ap.add_argument("--planners", default=",".join(VARIANTS), help="from " + ", ".join(VARIANTS))
     ap.add_argument("--real", default="paper8", help="topology (name or file) for the real-trace windows, or "
                                                      "'none' (default %(default)s)")
@@ -517,25 +528,39 @@ def main(argv: list[str] | None = None) -> int:
                     help="only rewrite DIR/headline.md from its rows.csv, calls.csv and config.json "
                          "(with --note: that note instead of the recorded one)")
     args = ap.parse_args(argv[1:])
-    note = Path(args.note[1:]).read_text().strip() if args.note.startswith("@") else args.note
+    try:
+        return _main(args, argv)
+    except SpiderFlowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _main(args: argparse.Namespace, argv: list[str]) -> int:
+    note = args.note
+    if note.startswith("@"):
+        try:
+            note = Path(note[1:]).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--note {args.note}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
     if args.render:
-        rows, config = read_results(args.render)
+        try:
+            rows, config = read_results(args.render)
+        except (OSError, ValueError, KeyError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise ConfigError(f"--render {args.render}: cannot read a run's results ({why}); "
+                              "give a directory this benchmark wrote") from None
         if note:
             config["note"] = note
-        (args.render / "headline.md").write_text(markdown(rows, config, config["wall_s"]))
+        write_output_file(args.render / "headline.md", markdown(rows, config, config["wall_s"]), "--render")
         print(f"wrote {args.render}/headline.md", file=sys.stderr)
         return 0
-    out = args.out or REPO / "runs" / time.strftime("headline-%Y%m%d-%H%M%S")
-    try:
-        loads = [float(x) for x in args.loads.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"--loads: numbers, comma-separated (got {args.loads!r})") from None
+    out = Path(args.out) if args.out else REPO / "runs" / time.strftime("headline-%Y%m%d-%H%M%S")
     real = None if args.real == "none" else (str(REPO / "topologies" / f"{args.real}.yaml")
                                              if "/" not in args.real and not args.real.endswith(".yaml")
                                              else args.real)
     topologies = [t.strip() for t in args.topologies.split(",") if t.strip()]
     run_benchmark(out, seeds=counts(args.seeds, "seeds"), jobs=counts(args.jobs, "jobs"), topologies=topologies,
-                  loads=loads, planners=[p.strip() for p in args.planners.split(",") if p.strip()], real=real,
+                  loads=args.loads, planners=[p.strip() for p in args.planners.split(",") if p.strip()], real=real,
                   note=note, argv=argv)
     return 0
 

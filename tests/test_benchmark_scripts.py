@@ -1,0 +1,64 @@
+"""The benchmark scripts the README's figures come from refuse bad input in one line (exit 2, no
+traceback, nothing written), and a tiny simulator_speed.py run writes its table and a recording of its
+planner calls replays."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name, args, says", [
+    ("simulator_speed.py", ("--jobs", "0"), "argument --jobs: must be an integer in 1..1,000,000 (got '0')"),
+    ("simulator_speed.py", ("--load", "-1"), "argument --load: must be a finite number in (0, 2] (got '-1')"),
+    ("simulator_speed.py", ("--clusters", "1"), "argument --clusters: must be an integer in 2..4,096 (got '1')"),
+    ("simulator_speed.py", ("--planner", "nope"), "argument --planner: invalid choice: 'nope'"),
+    ("simulator_speed.py", ("--out", "/nonexistent-dir/x.md"), "/nonexistent-dir does not exist; make the directory"),
+    ("simulator_speed.py", ("--jobs", "1", "--load", "0.5"), "error: trace generate: load needs at least 2 jobs"),
+    ("planner_replay.py", ("record", "--load", "9", "--out", "x.pkl"), "argument --load: must be a finite number"),
+    ("trace_jct.py", ("run", "{tmp}/out", "--traces", "0.5:x"), "argument --traces: must be LOAD:SEED pairs"),
+    ("trace_jct.py", ("run", "/proc/out", "--traces", "0.5:0"), "DIR '/proc/out': cannot make the directory"),
+    ("estimate_gap.py", ("--traces", "64:600"), "argument --traces: must be CLUSTERS:JOBS:SEED items"),
+    ("headline.py", ("--loads", "0.5,9"), "argument --loads: must be offered loads, comma-separated, each in (0, 2]"),
+    ("headline.py", ("--note", "@{tmp}/missing.txt"), "--note @{tmp}/missing.txt: cannot read (No such file"),
+    ("headline.py", ("--render", "{tmp}"), "--render {tmp}: cannot read a run's results"),
+    ("fuzz_inputs.py", ("--examples", "-1"), "argument --examples: must be an integer in 1..1,000,000 (got '-1')"),
+    ("fuzz_inputs.py", ("--replay", "nope:1"), "argument --replay: must be FAMILY:INDEX with FAMILY one of"),
+])
+def test_a_benchmark_script_refuses_bad_arguments_in_one_line(name, args, says, tmp_path):
+    done = script(name, *(a.format(tmp=tmp_path) for a in args))
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and says.format(tmp=tmp_path) in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written, no directory left
+
+
+def test_planner_replay_refuses_a_file_it_did_not_record(tmp_path):
+    for path, why in ((tmp_path / "missing.pkl", "No such file or directory"),
+                      (REPO / "README.md", "invalid load key")):
+        done = script("planner_replay.py", "replay", str(path))
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.startswith(f"error: {path}: cannot read a recording (") and why in done.stderr
+        assert len(done.stderr.splitlines()) == 1 and "give a file that `record --out` wrote" in done.stderr
+
+
+def test_a_tiny_run_writes_its_table_and_a_recording_replays(tmp_path):
+    out = tmp_path / "speed.md"
+    done = script("simulator_speed.py", "--jobs", "20", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| 20 | 64 | 1944 |"))
+    assert row.split("|")[9].strip() == "20"  # completed
+    calls = tmp_path / "calls.pkl"
+    done = script("planner_replay.py", "record", "--jobs", "20", "--out", str(calls))
+    said = re.fullmatch(r"(\d+) SpinSearch calls recorded in (.+)\n", done.stdout)
+    assert done.returncode == 0 and said and int(said[1]) >= 20 and said[2] == str(calls), done.stderr
+    done = script("planner_replay.py", "replay", str(calls))
+    assert done.returncode == 0 and done.stdout.startswith(f"{said[1]} calls: "), done.stderr
