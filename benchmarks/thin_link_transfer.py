@@ -12,7 +12,7 @@ On a two-cluster network with paper8's thinnest link (oregon-tokyo, 0.52 Gbit/s,
    its compute): those that start on an idle link, and the one queued behind
    another (micro-batch 1's activation, sent 6 ms after micro-batch 0's).
 
-Run: ``sudo .venv/bin/python benchmarks/thin_link_transfer.py`` (about 2 minutes).
+Run: ``sudo .venv/bin/python benchmarks/thin_link_transfer.py [--out FILE]`` (about 2 minutes).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from emulator.net.capability import require_root  # noqa: E402
 from emulator.jobs.launch import emulated_view  # noqa: E402
 from emulator.net.emulation import Emulation  # noqa: E402
 from emulator.net.layout import NetConfig  # noqa: E402
+from emulator.jobs.pool import RankPool  # noqa: E402
 from emulator.jobs.replay import RunConfig, warm_tcp  # noqa: E402
+from spiderflow.cliutil import OneLineParser, output_file, write_output_file  # noqa: E402
 from spiderflow.costmodel.calibration import Calibration  # noqa: E402
 from spiderflow.topology import load_topology  # noqa: E402
 
@@ -62,7 +64,10 @@ def transfers(timeline: dict) -> tuple[list[float], float, float]:
     return idle, queued, predicted
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="benchmarks/thin_link_transfer.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=output_file, default=str(OUT))
+    args = ap.parse_args(argv)
     require_root()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -75,11 +80,11 @@ def main() -> int:
                   "large_bytes": LARGE_BYTES}]
         case = PlanCase(plan_id="pipe2-thin", shape="pipeline", model="gpt3-350m", replicas=(("oregon", "tokyo"),),
                         dp=1)
-        with Emulation(topo, net, log=print) as emu:
+        with Emulation(topo, net, log=print) as emu, RankPool(emu, log=print) as pool:  # ranks start warm
             warm_tcp(emu)
-            records = run_microbench(emu, topo, tests, view, out_dir=work / "bench", log=print)
+            records = run_microbench(emu, topo, tests, view, out_dir=work / "bench", pools=pool, log=print)
             record, timeline = run_case(emu, topo, case, RunConfig(iterations=5, warmup=1, time_scale=1.0, net=net),
-                                        Calibration(), out_dir=work / "plans", log=print)
+                                        Calibration(), out_dir=work / "plans", log=print, pool=pool)
     chan = view.p2p("oregon", "tokyo")
     lines = ["# Transfers over a thin link: isolated p2p vs inside a pipeline", "",
              f"{dt.date.today()}, {platform.node()}, `sudo .venv/bin/python benchmarks/thin_link_transfer.py`; "
@@ -100,7 +105,7 @@ def main() -> int:
                  f"{(queued - predicted + chan.alpha_s) * 1e3:+.1f} |")
     lines += ["", f"Iteration: measured {record['measured_s']:.3f} s, predicted {record['predicted_uncalibrated_s']:.3f} s "
               f"({(record['predicted_uncalibrated_s'] / record['measured_s'] - 1) * 100:+.1f}%)."]
-    OUT.write_text("\n".join(lines) + "\n")
+    write_output_file(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
