@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from emulator.net.capability import require_root  # noqa: E402
+from spiderflow.cliutil import OneLineParser, float_in, int_in, output_file, write_output_file  # noqa: E402
 from emulator.net.emulation import Emulation  # noqa: E402
 from emulator.net.hoststeal import StealMeter  # noqa: E402
 from emulator.net.layout import NetConfig  # noqa: E402
@@ -123,14 +124,16 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=4, help="runs per mode")
-    parser.add_argument("--busy-ms", type=float, default=25.0)
-    parser.add_argument("--period-ms", type=float, default=200.0)
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="benchmarks/delay_stalls.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int_in(1, 100), default=4, help="runs per mode")
+    parser.add_argument("--busy-ms", type=float_in(0.0, 10_000.0, "ms"), default=25.0)
+    parser.add_argument("--period-ms", type=float_in(0.0, 10_000.0, "ms"), default=200.0)
     parser.add_argument("--steal-cpu", type=int, help=argparse.SUPPRESS)  # the stand-in's own process
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "delay_stalls.md"))
-    args = parser.parse_args()
+    parser.add_argument("--out", type=output_file, default=str(REPO / "benchmarks" / "results" / "delay_stalls.md"))
+    args = parser.parse_args(argv)
+    if args.busy_ms >= args.period_ms:
+        parser.error(f"--busy-ms ({args.busy_ms:g}) must be less than --period-ms ({args.period_ms:g})")
     if args.steal_cpu is not None:
         steal_cpu(args.steal_cpu, args.busy_ms / 1e3, args.period_ms / 1e3)
         return 0
@@ -144,8 +147,7 @@ def main() -> int:
                   f"stalls {r['stalls']} (max {r['stall_max']:.1f} ms), lowest rate {r['rate_min']:.3f}, "
                   f"steal {r['host_steal_pct']:.1f}%", file=sys.stderr)
     text = report(rows, args)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    write_output_file(args.out, text)
     print(text)
     return 0
 

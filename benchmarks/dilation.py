@@ -27,6 +27,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from emulator.jobs.dilation import parse_dilation  # noqa: E402
+from emulator.net.layout import MAX_HOSTS  # noqa: E402
+from emulator.run import MAX_ITERATIONS  # noqa: E402
+from spiderflow.cliutil import OneLineParser, int_in, output_file, write_output_file  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -61,22 +67,36 @@ def fmt(x, spec=".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def dilation_list(text: str) -> list[str]:
+    """argparse type for ``--dilations``: 'auto' or numbers in 1..64, comma-separated (kept as written:
+    each is passed to `emulator run --dilation`)."""
+    items = [x.strip() for x in text.split(",")]
+    try:
+        for x in items:
+            parse_dilation(x)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or numbers in 1..64, comma-separated "
+                                         f"(got {text!r})") from None
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="benchmarks/dilation.py", description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default="topologies/paper8.yaml")
     parser.add_argument("--trace", default="traces/paper8-16.csv")
-    parser.add_argument("--hosts-per-cluster", type=int, default=10)
-    parser.add_argument("--iterations", type=int, default=8, help="iterations per job (2 of them warm-up)")
-    parser.add_argument("--dilations", default="auto,1,2,4,8")
-    parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--out", default="benchmarks/results/dilation.md")
-    args = parser.parse_args()
+    parser.add_argument("--hosts-per-cluster", type=int_in(1, MAX_HOSTS), default=10)
+    parser.add_argument("--iterations", type=int_in(3, MAX_ITERATIONS), default=8,
+                        help="iterations per job (2 of them warm-up)")
+    parser.add_argument("--dilations", type=dilation_list, default="auto,1,2,4,8")
+    parser.add_argument("--repeat", type=int_in(1, 100), default=1)
+    parser.add_argument("--out", type=output_file, default="benchmarks/results/dilation.md")
+    args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("error: run as root (it builds emulated networks)", file=sys.stderr)
         return 2
     rows = []
     for rep in range(args.repeat):
-        for k in args.dilations.split(","):
+        for k in args.dilations:
             out = REPO / "runs" / f"dilation-{k}-{rep}"
             print(f"[dilation] K={k} (repeat {rep + 1}/{args.repeat}) ...", file=sys.stderr, flush=True)
             row = run_once(args, k, out)
@@ -86,7 +106,8 @@ def main() -> int:
             rows.append(row)
     lines = ["# `emulator run` accuracy against time dilation", "",
              f"`sudo .venv/bin/python benchmarks/dilation.py --topology {args.topology} --trace {args.trace} "
-             f"--hosts-per-cluster {args.hosts_per_cluster} --iterations {args.iterations} --dilations {args.dilations} "
+             f"--hosts-per-cluster {args.hosts_per_cluster} --iterations {args.iterations} "
+             f"--dilations {','.join(args.dilations)} "
              f"--repeat {args.repeat}`", "",
              f"Machine: {os.cpu_count()} cores, {platform.machine()}, "
              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2 ** 30:.0f} GiB, "
@@ -110,8 +131,7 @@ def main() -> int:
               "|---|" + "---:|" * len(rows)]
     for job in rows[0]["per_job"]:
         lines.append(f"| {job} | " + " | ".join(fmt(r["per_job"].get(job)) for r in rows) + " |")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_output_file(args.out, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

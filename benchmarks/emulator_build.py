@@ -14,7 +14,6 @@ Run: ``sudo .venv/bin/python benchmarks/emulator_build.py [--repeat 5]``.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import platform
@@ -27,6 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from emulator.net.capability import require_root  # noqa: E402
+from emulator.net.layout import MAX_HOSTS  # noqa: E402
+from spiderflow.cliutil import OneLineParser, int_in, output_file, write_output_file  # noqa: E402
+from spiderflow.errors import SpiderFlowError  # noqa: E402
 from emulator.net.measure import measure_throughputs, targets  # noqa: E402
 from emulator.net.emulation import Emulation  # noqa: E402
 from emulator.net.layout import NetConfig  # noqa: E402
@@ -152,14 +154,19 @@ def report(build: dict, stages: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="benchmarks/emulator_build.py", description=__doc__.split("\n")[0])
     parser.add_argument("--topology", default=str(REPO / "topologies" / "paper8.yaml"))
-    parser.add_argument("--hosts-per-cluster", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--hosts-per-cluster", type=int_in(1, MAX_HOSTS), default=4)
+    parser.add_argument("--repeat", type=int_in(1, 100), default=5)
     parser.add_argument("--no-stage", action="store_true", help="skip the delay-stage measurement")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "emulator_build.md"))
-    args = parser.parse_args()
+    parser.add_argument("--out", type=output_file, default=str(REPO / "benchmarks" / "results" / "emulator_build.md"))
+    args = parser.parse_args(argv)
+    try:
+        load_topology(args.topology)  # a missing or bad file: one line, before anything is built
+    except SpiderFlowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     require_root()
     print("build + teardown:", file=sys.stderr)
     build = bench_build(Path(args.topology).resolve(), args.hosts_per_cluster, args.repeat)
@@ -171,8 +178,7 @@ def main() -> int:
             if result:
                 stages.append(result)
     text = report(build, stages)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    write_output_file(args.out, text)
     print(text)
     return 0
 

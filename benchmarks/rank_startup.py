@@ -33,7 +33,6 @@ ones that show the 5 s stalls.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 import platform
@@ -48,7 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from emulator.net.capability import require_root  # noqa: E402
-from spiderflow.errors import EmulatorError  # noqa: E402
+from spiderflow.cliutil import OneLineParser, int_in, output_file, write_output_file  # noqa: E402
+from spiderflow.errors import EmulatorError, SpiderFlowError  # noqa: E402
 from emulator.net.emulation import Emulation  # noqa: E402
 from emulator.net.layout import NetConfig  # noqa: E402
 from emulator.jobs.pool import DEFAULT_PRELOAD, RankPool  # noqa: E402
@@ -260,12 +260,17 @@ def report(mem: dict, res: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="benchmarks/rank_startup.py", description=__doc__.split("\n")[0])
     parser.add_argument("--topology", default=str(REPO / "topologies" / "paper8.yaml"))
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "rank_startup.md"))
-    args = parser.parse_args()
+    parser.add_argument("--repeat", type=int_in(1, 100), default=3)
+    parser.add_argument("--out", type=output_file, default=str(REPO / "benchmarks" / "results" / "rank_startup.md"))
+    args = parser.parse_args(argv)
+    try:
+        load_topology(args.topology)  # a missing or bad file: one line, before anything is built
+    except SpiderFlowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     require_root()
     tmp = Path(tempfile.mkdtemp(prefix="rank-startup-"))
     print(f"memory (files in {tmp}):", file=sys.stderr)
@@ -273,7 +278,7 @@ def main() -> int:
     print("start-up:", file=sys.stderr)
     res = bench_startup(Path(args.topology).resolve(), args.repeat, tmp)
     text = report(mem, res, "sudo .venv/bin/python benchmarks/rank_startup.py " + " ".join(sys.argv[1:]))
-    Path(args.out).write_text(text)
+    write_output_file(args.out, text)
     print(text)
     return 0
 

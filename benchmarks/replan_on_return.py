@@ -29,9 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from headline import synthetic  # noqa: E402  (benchmarks/headline.py: the same traces)
+from headline import load_list, synthetic  # noqa: E402  (benchmarks/headline.py: the same traces, loads)
 
 from spiderflow.bench import machine  # noqa: E402
+from spiderflow.cliutil import OneLineParser, int_in, int_list, output_file, write_output_file  # noqa: E402
+from spiderflow.errors import SpiderFlowError  # noqa: E402
 from spiderflow.provenance import provenance  # noqa: E402
 from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
 from spiderflow.simulate.metrics import summarise  # noqa: E402
@@ -57,7 +59,7 @@ def table(topo: Topology, args, count: int) -> list[str]:
     lines = ["| load | seed | withdrawals (merged) | avg JCT with re-planning (h) | with `--no-replan` (h) | ratio "
              "| re-placements with / without |", "|---|---:|---:|---:|---:|---:|---|"]
     ratios: dict[str, list[float]] = {}
-    for load in (float(x) for x in args.loads.split(",")):
+    for load in args.loads:
         for seed in range(args.seeds):
             case = synthetic(topo, load, seed, args.jobs)
             events = withdrawals(topo, max(j.arrival_s for j in case.jobs), seed, count)
@@ -73,17 +75,26 @@ def table(topo: Topology, args, count: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--jobs", type=int, default=100)
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--loads", default="0.5,0.7,0.9")
-    p.add_argument("--withdrawals", default="8,24", help="withdrawals drawn per trace, one table each")
-    p.add_argument("--out", type=Path)
+    p = OneLineParser(prog="benchmarks/replan_on_return.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int_in(2, 1_000_000), default=100)
+    p.add_argument("--seeds", type=int_in(1, 10_000), default=5)
+    p.add_argument("--loads", type=load_list, default="0.5,0.7,0.9")
+    p.add_argument("--withdrawals", type=int_list(1, 100_000), default="8,24",
+                   help="withdrawals drawn per trace, one table each")
+    p.add_argument("--out", type=output_file)
     args = p.parse_args(argv)
+    try:
+        return run(args, argv)
+    except SpiderFlowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     topo = load_topology(TOPOLOGY)
     prov, start, cpu0 = provenance(argv), time.time(), time.process_time()
     body: list[str] = []
-    for count in (int(x) for x in args.withdrawals.split(",")):
+    for count in args.withdrawals:
         body += [f"## {count} withdrawals drawn per trace", "", *table(topo, args, count), ""]
     lines = [f"# Re-planning once spot GPUs return ({args.jobs} jobs of paper8's synthetic traces)", "",
              f"{prov['started']}, {machine()}, commit {prov['git_commit']}; {time.time() - start:.0f} s wall, "
@@ -91,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        args.out.write_text(text)
+        write_output_file(args.out, text)
     return 0
 
 

@@ -1,6 +1,6 @@
-"""The benchmark scripts the README's figures come from refuse bad input in one line (exit 2, no
-traceback, nothing written), and a tiny simulator_speed.py run writes its table and a recording of its
-planner calls replays."""
+"""The benchmark scripts refuse bad input in one line (exit 2, no traceback, nothing written; the root
+ones before they build anything), and a tiny simulator_speed.py run writes its table and a recording of
+its planner calls replays."""
 
 import re
 import subprocess
@@ -33,6 +33,11 @@ def script(name: str, *args: str) -> subprocess.CompletedProcess:
     ("headline.py", ("--render", "{tmp}"), "--render {tmp}: cannot read a run's results"),
     ("fuzz_inputs.py", ("--examples", "-1"), "argument --examples: must be an integer in 1..1,000,000 (got '-1')"),
     ("fuzz_inputs.py", ("--replay", "nope:1"), "argument --replay: must be FAMILY:INDEX with FAMILY one of"),
+    ("dilation.py", ("--dilations", "1,0.5"), "argument --dilations: must be 'auto' or numbers in 1..64"),
+    ("rank_startup.py", ("--topology", "{tmp}/none.yaml"), "{tmp}/none.yaml: no such topology file"),
+    ("delay_stalls.py", ("--busy-ms", "300"), "--busy-ms (300) must be less than --period-ms (200)"),
+    ("replan_on_return.py", ("--withdrawals", "8,x"), "argument --withdrawals: must be comma-separated integers"),
+    ("thin_link_transfer.py", ("--bogus",), "unrecognized arguments: --bogus"),  # it ignored them, even --help
 ])
 def test_a_benchmark_script_refuses_bad_arguments_in_one_line(name, args, says, tmp_path):
     done = script(name, *(a.format(tmp=tmp_path) for a in args))
