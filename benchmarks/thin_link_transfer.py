@@ -12,7 +12,7 @@ On a two-cluster network with paper8's thinnest link (oregon-tokyo, 0.52 Gbit/s,
    its compute): those that start on an idle link, and the one queued behind
    another (micro-batch 1's activation, sent 6 ms after micro-batch 0's).
 
-Run: ``sudo .venv/bin/python benchmarks/thin_link_transfer.py [--out FILE]`` (about 2 minutes).
+Run: ``sudo .venv/bin/python benchmarks/thin_link_transfer.py [--out FILE]`` (about half a minute).
 """
 
 from __future__ import annotations
