@@ -27,8 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from emulator.net.capability import require_root  # noqa: E402
 from emulator.net.layout import MAX_HOSTS  # noqa: E402
-from spiderflow.cliutil import OneLineParser, int_in, output_file, write_output_file  # noqa: E402
-from spiderflow.errors import SpiderFlowError  # noqa: E402
+from spiderflow.cliutil import OneLineParser, int_in, one_line_errors, output_file, write_output_file  # noqa: E402
 from emulator.net.measure import measure_throughputs, targets  # noqa: E402
 from emulator.net.emulation import Emulation  # noqa: E402
 from emulator.net.layout import NetConfig  # noqa: E402
@@ -162,11 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-stage", action="store_true", help="skip the delay-stage measurement")
     parser.add_argument("--out", type=output_file, default=str(REPO / "benchmarks" / "results" / "emulator_build.md"))
     args = parser.parse_args(argv)
-    try:
-        load_topology(args.topology)  # a missing or bad file: one line, before anything is built
-    except SpiderFlowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    bad = one_line_errors(lambda: load_topology(args.topology))  # a missing or bad file: before anything is built
+    if bad:
+        return bad
     require_root()
     print("build + teardown:", file=sys.stderr)
     build = bench_build(Path(args.topology).resolve(), args.hosts_per_cluster, args.repeat)

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from spiderflow.bench import machine
-from spiderflow.cliutil import OneLineParser, int_in, output_file, seed_arg, write_output_file
+from spiderflow.cliutil import (OneLineParser, field_items, int_in, one_line_errors, output_file, seed_arg,
+                                write_output_file)
 from spiderflow.costmodel import estimate, predict
-from spiderflow.errors import SpiderFlowError
 from spiderflow.placement import clear_memos
 from spiderflow.placement.spinsearch import place
 from spiderflow.simulate.engine import SimConfig, simulate
@@ -34,6 +34,8 @@ from spiderflow.topology.generate import generate_topology
 from spiderflow.traces import generate_trace
 
 OUT = Path(__file__).parent / "results" / "estimate_gap.md"
+TRACES = field_items(int_in(2, 4_096), int_in(1, 1_000_000), seed_arg, what="CLUSTERS:JOBS:SEED",
+                     ranges="with 2..4,096 clusters and 1..1,000,000 jobs")  # --traces
 
 
 def gaps_of_trace(clusters: int, jobs: int, seed: int) -> list[tuple[float, str]]:
@@ -65,34 +67,12 @@ def summary(gaps: list[float]) -> str:
             f"{100 * min(gaps):+.2f}% .. {100 * max(gaps):+.2f}%")
 
 
-def trace_list(text: str) -> list[tuple[int, int, int]]:
-    """argparse type for ``--traces``: CLUSTERS:JOBS:SEED, comma-separated."""
-    checks = (int_in(2, 4_096), int_in(1, 1_000_000), seed_arg)
-    out = []
-    for item in text.split(","):
-        parts = item.strip().split(":")
-        try:
-            if len(parts) != 3:
-                raise argparse.ArgumentTypeError("")
-            out.append(tuple(check(x) for check, x in zip(checks, parts)))
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"must be CLUSTERS:JOBS:SEED items, comma-separated, with 2..4,096 "
-                                             f"clusters and 1..1,000,000 jobs (got {item.strip()!r} in "
-                                             f"{text!r})") from None
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="benchmarks/estimate_gap.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--traces", type=trace_list, default="64:600:1,64:600:2,8:300:3", help="CLUSTERS:JOBS:SEED,...")
+    ap.add_argument("--traces", type=TRACES, default="64:600:1,64:600:2,8:300:3", help="CLUSTERS:JOBS:SEED,...")
     ap.add_argument("--out", type=output_file, default=str(OUT))
     args = ap.parse_args(argv)
-    try:
-        run(args)
-    except SpiderFlowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return one_line_errors(lambda: run(args))
 
 
 def run(args: argparse.Namespace) -> None:

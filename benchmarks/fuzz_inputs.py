@@ -35,9 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from spiderflow.bench import machine  # noqa: E402
-from spiderflow.cliutil import (OneLineParser, float_in, int_in, make_output_dir, name_list, output_dir,  # noqa: E402
-                                output_file, seed_arg, write_output_file)
-from spiderflow.errors import SpiderFlowError  # noqa: E402
+from spiderflow.cliutil import (OneLineParser, float_in, int_in, make_output_dir, name_list,  # noqa: E402
+                                one_line_errors, output_dir, output_file, seed_arg, write_output_file)
 from tests.fuzzkit.families import Case, families, known_bad, valid_cases  # noqa: E402
 from tests.fuzzkit.run import run_case_subprocess  # noqa: E402
 
@@ -211,15 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="FAMILY:INDEX: write that input's files to --dir and print its command")
     ap.add_argument("--dir", type=output_dir, default=str(Path(tempfile.gettempdir()) / "fuzz-case"))
     args = ap.parse_args(argv)
-    try:
-        if args.replay:
-            replay(args.replay, args.seed, Path(args.dir))
-        else:
-            fuzz(args)
-    except SpiderFlowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return one_line_errors(lambda: replay(args.replay, args.seed, Path(args.dir)) if args.replay else fuzz(args))
 
 
 def fuzz(args: argparse.Namespace) -> None:

@@ -49,8 +49,9 @@ from pathlib import Path
 from spiderflow import placement
 from spiderflow.bench import machine
 from spiderflow.placement import genetic
-from spiderflow.cliutil import OneLineParser, dumps, float_in, make_output_dir, output_dir, write_output_file
-from spiderflow.errors import ConfigError, SpiderFlowError
+from spiderflow.cliutil import (OneLineParser, dumps, float_in, make_output_dir, one_line_errors, output_dir,
+                                write_output_file)
+from spiderflow.errors import ConfigError
 from spiderflow.provenance import provenance
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S
 from spiderflow.simulate.engine import SimConfig, simulate
@@ -528,14 +529,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="only rewrite DIR/headline.md from its rows.csv, calls.csv and config.json "
                          "(with --note: that note instead of the recorded one)")
     args = ap.parse_args(argv[1:])
-    try:
-        return _main(args, argv)
-    except SpiderFlowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return one_line_errors(lambda: _main(args, argv))
 
 
-def _main(args: argparse.Namespace, argv: list[str]) -> int:
+def _main(args: argparse.Namespace, argv: list[str]) -> None:
     note = args.note
     if note.startswith("@"):
         try:
@@ -553,7 +550,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
             config["note"] = note
         write_output_file(args.render / "headline.md", markdown(rows, config, config["wall_s"]), "--render")
         print(f"wrote {args.render}/headline.md", file=sys.stderr)
-        return 0
+        return
     out = Path(args.out) if args.out else REPO / "runs" / time.strftime("headline-%Y%m%d-%H%M%S")
     real = None if args.real == "none" else (str(REPO / "topologies" / f"{args.real}.yaml")
                                              if "/" not in args.real and not args.real.endswith(".yaml")
@@ -562,7 +559,6 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     run_benchmark(out, seeds=counts(args.seeds, "seeds"), jobs=counts(args.jobs, "jobs"), topologies=topologies,
                   loads=args.loads, planners=[p.strip() for p in args.planners.split(",") if p.strip()], real=real,
                   note=note, argv=argv)
-    return 0
 
 
 if __name__ == "__main__":

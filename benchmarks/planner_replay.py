@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from spiderflow import scheduling
-from spiderflow.cliutil import OneLineParser, float_in, int_in, output_file, seed_arg
-from spiderflow.errors import ConfigError, InfeasiblePlan, SpiderFlowError
+from spiderflow.cliutil import OneLineParser, float_in, int_in, one_line_errors, output_file, seed_arg
+from spiderflow.errors import ConfigError, InfeasiblePlan
 from spiderflow.placement import PLANNERS, PlacementRequest
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.topology.generate import generate_topology
@@ -99,17 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("replay")
     rep.add_argument("calls", type=Path)
     args = ap.parse_args(argv)
-    try:
+
+    def work() -> None:
         if args.cmd == "record":
             n = record(args.jobs, args.load, args.seed, not args.no_wait, Path(args.out))
             print(f"{n} SpinSearch calls recorded in {args.out}")
         else:
             n, cpu, big, sig = replay(args.calls)
             print(f"{n} calls: {cpu:.2f} s of CPU ({big:.2f} s for jobs over 128 GPUs); answers {sig}")
-    except SpiderFlowError as exc:  # e.g. --load with one job: its arrivals span no time
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return one_line_errors(work)  # e.g. --load with one job: its arrivals span no time
 
 
 if __name__ == "__main__":

@@ -47,8 +47,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from emulator.net.capability import require_root  # noqa: E402
-from spiderflow.cliutil import OneLineParser, int_in, output_file, write_output_file  # noqa: E402
-from spiderflow.errors import EmulatorError, SpiderFlowError  # noqa: E402
+from spiderflow.cliutil import OneLineParser, int_in, one_line_errors, output_file, write_output_file  # noqa: E402
+from spiderflow.errors import EmulatorError  # noqa: E402
 from emulator.net.emulation import Emulation  # noqa: E402
 from emulator.net.layout import NetConfig  # noqa: E402
 from emulator.jobs.pool import DEFAULT_PRELOAD, RankPool  # noqa: E402
@@ -266,11 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int_in(1, 100), default=3)
     parser.add_argument("--out", type=output_file, default=str(REPO / "benchmarks" / "results" / "rank_startup.md"))
     args = parser.parse_args(argv)
-    try:
-        load_topology(args.topology)  # a missing or bad file: one line, before anything is built
-    except SpiderFlowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    bad = one_line_errors(lambda: load_topology(args.topology))  # a missing or bad file: before anything is built
+    if bad:
+        return bad
     require_root()
     tmp = Path(tempfile.mkdtemp(prefix="rank-startup-"))
     print(f"memory (files in {tmp}):", file=sys.stderr)

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from headline import load_list, synthetic  # noqa: E402  (benchmarks/headline.py: the same traces, loads)
 
 from spiderflow.bench import machine  # noqa: E402
-from spiderflow.cliutil import OneLineParser, int_in, int_list, output_file, write_output_file  # noqa: E402
-from spiderflow.errors import SpiderFlowError  # noqa: E402
+from spiderflow.cliutil import (OneLineParser, int_in, int_list, one_line_errors, output_file,  # noqa: E402
+                                write_output_file)
 from spiderflow.provenance import provenance  # noqa: E402
 from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
 from spiderflow.simulate.metrics import summarise  # noqa: E402
@@ -83,14 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="withdrawals drawn per trace, one table each")
     p.add_argument("--out", type=output_file)
     args = p.parse_args(argv)
-    try:
-        return run(args, argv)
-    except SpiderFlowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return one_line_errors(lambda: run(args, argv))
 
 
-def run(args: argparse.Namespace, argv: list[str] | None) -> int:
+def run(args: argparse.Namespace, argv: list[str] | None) -> None:
     topo = load_topology(TOPOLOGY)
     prov, start, cpu0 = provenance(argv), time.time(), time.process_time()
     body: list[str] = []
@@ -103,7 +99,6 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     print(text)
     if args.out:
         write_output_file(args.out, text)
-    return 0
 
 
 if __name__ == "__main__":

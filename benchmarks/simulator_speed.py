@@ -31,8 +31,7 @@ import time
 from pathlib import Path
 
 from spiderflow.bench import machine
-from spiderflow.cliutil import OneLineParser, float_in, int_in, output_file, write_output_file
-from spiderflow.errors import SpiderFlowError
+from spiderflow.cliutil import OneLineParser, float_in, int_in, one_line_errors, output_file, write_output_file
 from spiderflow.placement import PLANNERS, clear_memos
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import summarise
@@ -69,12 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="size arrivals to this offered load (default: 600 s gaps)")
     ap.add_argument("--out", type=output_file, default=str(OUT))
     args = ap.parse_args(argv)
-    try:
-        run(args)
-    except SpiderFlowError as exc:  # e.g. --load with one job: its arrivals span no time
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return one_line_errors(lambda: run(args))  # e.g. --load with one job: its arrivals span no time
 
 
 def run(args: argparse.Namespace) -> None:

@@ -19,7 +19,6 @@ gap its arrivals were drawn at).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -31,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from headline import T975  # noqa: E402  (two-sided 95% t quantiles)
 from simulator_speed import MAX_JOBS, speed_gap  # noqa: E402
 
-from spiderflow.cliutil import OneLineParser, float_in, int_in, output_dir, output_dir_for, seed_arg  # noqa: E402
-from spiderflow.errors import SpiderFlowError  # noqa: E402
+from spiderflow.cliutil import (OneLineParser, field_items, float_in, int_in, one_line_errors, output_dir,  # noqa: E402
+                                output_dir_for, seed_arg)
 from spiderflow.placement import clear_memos  # noqa: E402
 from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
 from spiderflow.simulate.metrics import summarise  # noqa: E402
@@ -104,26 +103,14 @@ def compare(base: Path, other: Path) -> None:
           f"x{math.exp(statistics.fmean(thr)):.3f}")
 
 
-def trace_pairs(text: str) -> list[tuple[float, int]]:
-    """argparse type for ``--traces``: LOAD:SEED, comma-separated (a load in (0, 2], a seed from 0)."""
-    load_of, seed_of, out = float_in(0.0, MAX_LOAD), seed_arg, []
-    for item in text.split(","):
-        load, _, seed = item.strip().partition(":")
-        try:
-            out.append((load_of(load), seed_of(seed)))
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"must be LOAD:SEED pairs, comma-separated, each load in (0, "
-                                             f"{MAX_LOAD:g}] and seed an integer from 0 (got {item.strip()!r} in "
-                                             f"{text!r})") from None
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="benchmarks/trace_jct.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("out", type=output_dir)
-    r.add_argument("--traces", type=trace_pairs, required=True, help="LOAD:SEED,... e.g. 0.9:2,0.5:0")
+    r.add_argument("--traces", type=field_items(float_in(0.0, MAX_LOAD), seed_arg, what="LOAD:SEED",
+                                                ranges=f"each load in (0, {MAX_LOAD:g}] and seed an integer from 0"),
+                   required=True, help="LOAD:SEED,... e.g. 0.9:2,0.5:0")
     r.add_argument("--jobs", type=int_in(2, MAX_JOBS), default=1000)
     r.add_argument("--gaps-from", type=Path, default=None, metavar="BASE_DIR",
                    help="space each trace's arrivals as in BASE_DIR's run of it (same traces across planner changes)")
@@ -131,16 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("base", type=Path)
     c.add_argument("other", type=Path)
     args = ap.parse_args(argv)
-    try:
+
+    def work() -> None:
         if args.cmd == "compare":
             compare(args.base, args.other)
         else:
             with output_dir_for(args.out, "DIR") as out:  # (a refused run leaves no empty DIR behind)
                 run(out, args.traces, args.jobs, args.gaps_from)
-    except SpiderFlowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    return one_line_errors(work)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from spiderflow.errors import ConfigError
+from spiderflow.errors import ConfigError, SpiderFlowError
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -122,6 +122,35 @@ def int_list(lo: int, hi: int) -> Callable[[str], list[int]]:
             raise argparse.ArgumentTypeError(f"has a value twice (got {_shown(text)}); give each once")
         return values
     return parse
+
+
+def field_items(*fields: Callable[[str], Any], what: str, ranges: str) -> Callable[[str], list[tuple]]:
+    """argparse type: comma-separated items of colon-separated fields, each parsed by its own type in
+    ``fields`` (``what``: the item's form, e.g. ``LOAD:SEED``; ``ranges``: what each field takes)."""
+    def parse(text: str) -> list[tuple]:
+        out = []
+        for item in text.split(","):
+            parts = item.strip().split(":")
+            try:
+                if len(parts) != len(fields):
+                    raise argparse.ArgumentTypeError(what)
+                out.append(tuple(field(x) for field, x in zip(fields, parts)))
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(f"must be {what} items, comma-separated, {ranges} "
+                                                 f"(got {_shown(item.strip())} in {_shown(text)})") from None
+        return out
+    return parse
+
+
+def one_line_errors(work: Callable[[], Any]) -> int:
+    """``work()`` as a script's body: 0 once it returns; a known error (:class:`SpiderFlowError`: bad
+    input the work found) one ``error:`` line on stderr, and its exit code."""
+    try:
+        work()
+    except SpiderFlowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
 
 
 # Shared sanity bounds: a value past them is a typo, not a bigger experiment.

@@ -266,3 +266,32 @@ def test_closed_stdout_ends_quietly():
 def test_a_broken_pipe_that_is_not_stdout_is_not_hidden():
     with pytest.raises(BrokenPipeError):
         closed_stdout_exit(BrokenPipeError("a child's stdin"))
+
+
+def test_field_items_parses_each_field_and_names_the_bad_item():
+    """The benchmark scripts' LOAD:SEED-style lists: each field by its own type; a wrong count of
+    fields or a bad field refuses the whole value, naming the item."""
+    import argparse
+
+    from spiderflow.cliutil import field_items, float_in, seed_arg
+
+    parse = field_items(float_in(0.0, 2.0), seed_arg, what="LOAD:SEED", ranges="a load in (0, 2]")
+    assert parse("0.5:0, 0.9:12") == [(0.5, 0), (0.9, 12)]
+    for bad, item in (("0.5:0,0.5", "0.5"), ("0.5:0:1", "0.5:0:1"), ("3:0", "3:0"), ("0.5:-1", "0.5:-1"), ("", "")):
+        with pytest.raises(argparse.ArgumentTypeError) as err:
+            parse(bad)
+        assert str(err.value) == f"must be LOAD:SEED items, comma-separated, a load in (0, 2] (got {item!r} in {bad!r})"
+
+
+def test_one_line_errors_says_a_known_error_in_one_line_and_lets_others_through(capsys):
+    from spiderflow.cliutil import one_line_errors
+    from spiderflow.errors import ConfigError
+
+    def refuse():
+        raise ConfigError("in/x.csv: row 3: gpus must be positive (got 0)")
+
+    assert one_line_errors(lambda: None) == 0
+    assert one_line_errors(refuse) == 2
+    assert capsys.readouterr().err == "error: in/x.csv: row 3: gpus must be positive (got 0)\n"
+    with pytest.raises(ZeroDivisionError):  # a bug stays a traceback
+        one_line_errors(lambda: 1 / 0)
