@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from spiderflow.bench import machine
+from spiderflow.cli import MAX_GENERATED_CLUSTERS
 from spiderflow.cliutil import (OneLineParser, field_items, int_in, one_line_errors, output_file, seed_arg,
                                 write_output_file)
 from spiderflow.costmodel import estimate, predict
@@ -32,10 +33,12 @@ from spiderflow.placement.spinsearch import place
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.topology.generate import generate_topology
 from spiderflow.traces import generate_trace
+from spiderflow.traces.generate import MAX_JOBS
 
 OUT = Path(__file__).parent / "results" / "estimate_gap.md"
-TRACES = field_items(int_in(2, 4_096), int_in(1, 1_000_000), seed_arg, what="CLUSTERS:JOBS:SEED",
-                     ranges="with 2..4,096 clusters and 1..1,000,000 jobs")  # --traces
+TRACES = field_items(int_in(2, MAX_GENERATED_CLUSTERS), int_in(1, MAX_JOBS), seed_arg,  # --traces
+                     what="CLUSTERS:JOBS:SEED",
+                     ranges=f"with 2..{MAX_GENERATED_CLUSTERS:,} clusters and 1..{MAX_JOBS:,} jobs")
 
 
 def gaps_of_trace(clusters: int, jobs: int, seed: int) -> list[tuple[float, str]]:

@@ -28,10 +28,10 @@ from spiderflow.errors import ConfigError, InfeasiblePlan
 from spiderflow.placement import PLANNERS, PlacementRequest
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.topology.generate import generate_topology
-from spiderflow.traces.generate import MAX_LOAD
+from spiderflow.traces.generate import MAX_JOBS, MAX_LOAD
 from spiderflow.traces.planned import PlannedGpuTime
 
-from simulator_speed import MAX_JOBS, speed_trace  # this folder is on the path when the script runs
+from simulator_speed import speed_trace  # this folder is on the path when the script runs
 
 CLUSTERS = 64
 

@@ -38,6 +38,7 @@ from spiderflow.provenance import provenance  # noqa: E402
 from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
 from spiderflow.simulate.metrics import summarise  # noqa: E402
 from spiderflow.topology import Topology, load_topology  # noqa: E402
+from spiderflow.traces.generate import MAX_JOBS  # noqa: E402
 from spiderflow.wan.spot import SpotPattern, generate_spot_events  # noqa: E402
 
 TOPOLOGY = Path(__file__).resolve().parent.parent / "topologies" / "paper8.yaml"
@@ -76,7 +77,7 @@ def table(topo: Topology, args, count: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="benchmarks/replan_on_return.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--jobs", type=int_in(2, 1_000_000), default=100)
+    p.add_argument("--jobs", type=int_in(2, MAX_JOBS), default=100)
     p.add_argument("--seeds", type=int_in(1, 10_000), default=5)
     p.add_argument("--loads", type=load_list, default="0.5,0.7,0.9")
     p.add_argument("--withdrawals", type=int_list(1, 100_000), default="8,24",

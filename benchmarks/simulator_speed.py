@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from spiderflow.bench import machine
+from spiderflow.cli import MAX_GENERATED_CLUSTERS
 from spiderflow.cliutil import OneLineParser, float_in, int_in, one_line_errors, output_file, write_output_file
 from spiderflow.placement import PLANNERS, clear_memos
 from spiderflow.simulate.engine import SimConfig, simulate
@@ -38,13 +39,11 @@ from spiderflow.simulate.metrics import summarise
 from spiderflow.topology import Topology
 from spiderflow.topology.generate import generate_topology
 from spiderflow.traces import generate_trace
-from spiderflow.traces.generate import MAX_LOAD, mean_gap_for_load, offered_load
+from spiderflow.traces.generate import MAX_JOBS, MAX_LOAD, mean_gap_for_load, offered_load
 from spiderflow.traces.planned import PlannedGpuTime
 from spiderflow.workload import Job
 
 OUT = Path(__file__).parent / "results" / "simulator_speed.md"
-MAX_JOBS = 1_000_000  # as `trace generate --jobs`
-MAX_CLUSTERS = 4_096  # as `topology generate --clusters`
 
 
 def speed_gap(topo: Topology, jobs: int, seed: int, load: float | None, gpu_time: PlannedGpuTime) -> float:
@@ -61,7 +60,7 @@ def speed_trace(topo: Topology, jobs: int, seed: int, load: float | None, gpu_ti
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog="benchmarks/simulator_speed.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int_in(1, MAX_JOBS), default=10_000)
-    ap.add_argument("--clusters", type=int_in(2, MAX_CLUSTERS), default=64)
+    ap.add_argument("--clusters", type=int_in(2, MAX_GENERATED_CLUSTERS), default=64)
     ap.add_argument("--planner", choices=list(PLANNERS), default="spinsearch")
     ap.add_argument("--no-wait", action="store_true", help="SpinSearch without its admission (starts every job at once)")
     ap.add_argument("--load", type=float_in(0.0, MAX_LOAD), default=None,

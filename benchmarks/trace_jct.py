@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from headline import T975  # noqa: E402  (two-sided 95% t quantiles)
-from simulator_speed import MAX_JOBS, speed_gap  # noqa: E402
+from simulator_speed import speed_gap  # noqa: E402
 
 from spiderflow.cliutil import (OneLineParser, field_items, float_in, int_in, one_line_errors, output_dir,  # noqa: E402
                                 output_dir_for, seed_arg)
@@ -37,7 +37,7 @@ from spiderflow.simulate.engine import SimConfig, simulate  # noqa: E402
 from spiderflow.simulate.metrics import summarise  # noqa: E402
 from spiderflow.topology.generate import generate_topology  # noqa: E402
 from spiderflow.traces import generate_trace  # noqa: E402
-from spiderflow.traces.generate import MAX_LOAD  # noqa: E402
+from spiderflow.traces.generate import MAX_JOBS, MAX_LOAD  # noqa: E402
 from spiderflow.traces.planned import PlannedGpuTime  # noqa: E402
 
 REFERENCE_GAP_S = 600.0

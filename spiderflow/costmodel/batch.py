@@ -23,7 +23,6 @@ def estimate_batch(cols: np.ndarray, rings: np.ndarray, m: int) -> np.ndarray:
     of pipeline ``k``, ``rings[k, i]`` a number for its stage's ``sync_ring`` (equal rings, equal
     numbers, from 0), ``m`` the micro-batches of them all. Returns one float per pipeline."""
     fwd, bwd, send_f, lat_f, send_b, lat_b, sync_s, wan_s = cols
-    K, S = fwd.shape
     work = fwd + bwd
     period = _steady_period(work, send_f, lat_f, send_b, lat_b, m)
     ready = _last_backwards(fwd, bwd, send_f, lat_f, send_b, lat_b, period, m)
