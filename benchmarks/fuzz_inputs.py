@@ -3,8 +3,9 @@ tests/test_fuzz_inputs.py.
 
 Every family of tests/fuzzkit/families.py (topology YAML, calibration JSON, our trace CSV,
 the five public trace formats, WAN and capacity events files, the command lines of plan /
-simulate / compare / trace / wan / topology) is mutated ``--examples`` times; each input runs as ``python -m spiderflow ...``
-in a scratch directory with a per-run timeout (past it: a hang), under
+simulate / compare / trace / wan / topology, the run directory ``emulator report`` reads) is
+mutated ``--examples`` times; each input runs as ``python -m spiderflow ...`` (or
+``python -m emulator report ...``) in a scratch directory with a per-run timeout (past it: a hang), under
 ``PYTHONIOENCODING=utf-8`` (strict stdout, as on a UTF-8 desktop locale; the C locale would
 escape undecodable bytes instead). Then the curated KNOWN-BAD inputs (one per bad-input class
 named in the issue), every one of which must be rejected with one line (exit 0 = silently
@@ -142,9 +143,11 @@ def report(rows: list[dict], known: list[dict], valid: list[dict], args, elapsed
            f"Command: `.venv/bin/python benchmarks/fuzz_inputs.py --examples {args.examples} --seed {args.seed} "
            f"--timeout {args.timeout:g}`", "",
            "Each input is a valid one from the repo, mutated (tests/fuzzkit/mutate.py), run as "
-           "`python -m spiderflow ...` with `PYTHONIOENCODING=utf-8` and a "
+           "`python -m spiderflow ...` (family emulator-report: `python -m emulator report ...`) with "
+           "`PYTHONIOENCODING=utf-8` and a "
            f"{args.timeout:g} s timeout (past it: a hang). Accepted = exit 0 with sane output (strict JSON, "
-           "finite non-negative times, every job accounted for, the file's values loaded as written); "
+           "finite non-negative times, every job accounted for, the file's values loaded as written; a report "
+           "whose MAPE counts every plan with status ok); "
            "rejected = non-zero exit with one short `error:` line. Every other column is a failure.", "",
            *table(rows, fams), "",
            f"## Known-bad inputs: {len(known) - len(bad_known)} of {len(known)} rejected in one line", "",
@@ -191,7 +194,7 @@ def replay(spec: tuple[str, int], seed: int, where: Path) -> None:
     case.write(make_output_dir(where, "--dir"))
     print(f"wrote {case.family} input {family}:{index} ({case.label}) into {where}")
     if case.argv is not None:
-        print("cd", where, "&&", PYTHON, "-m spiderflow", " ".join(repr(a) for a in case.argv))
+        print("cd", where, "&&", PYTHON, "-m", case.program, " ".join(repr(a) for a in case.argv))
     else:
         print("loader:", case.loader)
 

@@ -183,19 +183,37 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
-def load_json(text: str, source: str) -> Any:
-    """Parse ``text`` as JSON refusing duplicate keys, NaN/Infinity and deep nesting."""
+def load_json(text: str, source: str, *, line: int | None = None) -> Any:
+    """Parse ``text`` as JSON refusing duplicate keys, NaN/Infinity and deep nesting (``line``:
+    the text is that line of ``source``, and errors name it)."""
+    where = source if line is None else f"{source}: line {line}"
     if _json_depth(text) > MAX_DEPTH:
-        raise ConfigError(f"{source}: nested deeper than {MAX_DEPTH} levels; flatten the file")
+        raise ConfigError(f"{where}: nested deeper than {MAX_DEPTH} levels; flatten the file")
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates(source), parse_constant=_no_constant(source),
-                          parse_float=_finite_float(source))
+        return json.loads(text, object_pairs_hook=_no_duplicates(where), parse_constant=_no_constant(where),
+                          parse_float=_finite_float(where))
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{source}: line {exc.lineno} is not valid JSON ({exc.msg})") from None
+        if line is None:
+            raise ConfigError(f"{source}: line {exc.lineno} is not valid JSON ({exc.msg})") from None
+        raise ConfigError(f"{where} is not valid JSON ({exc.msg}); fix or delete that line") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise ConfigError(f"{source}: is not valid JSON ({exc})") from None
+        raise ConfigError(f"{where}: is not valid JSON ({exc})") from None
     except RecursionError:
-        raise ConfigError(f"{source}: nested too deeply; flatten the file") from None
+        raise ConfigError(f"{where}: nested too deeply; flatten the file") from None
+
+
+def load_json_lines(text: str, source: str) -> list[tuple[int, dict]]:
+    """The JSON objects of a JSON-lines text, each with its line number, parsed as :func:`load_json`
+    parses a file (blank lines skipped); a line that is not a JSON object is refused."""
+    out = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        value = load_json(line, source, line=number)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: line {number} is not a JSON object (got {type(value).__name__})")
+        out.append((number, value))
+    return out
 
 
 def finite(value: Any) -> bool:

@@ -1,12 +1,13 @@
 """Bad input never gives a traceback, a hang or a silently wrong result (issue 16), checked by
 mutation: every input family starts from a valid input of the repo (topologies, traces, public
-trace samples, calibration files, command lines) and is spoilt by tests/fuzzkit/mutate.py
+trace samples, calibration files, calibration run directories, command lines) and is spoilt by tests/fuzzkit/mutate.py
 (byte flips, non-UTF-8 bytes, truncation, repeated keys and lines, numbers replaced by huge,
 negative, nan, inf, 1e400 or 400-digit ones, strings by lists or mappings, deep nesting, YAML
 alias bombs, oversize CSV fields, columns removed or added, option values replaced by bad ones).
 
 Each mutated input goes through the real entry point in-process (the loader, then
-``spiderflow.cli.main`` when the loader accepts it), and must either be accepted with sane
+``spiderflow.cli.main`` when the loader accepts it; a calibration run directory through
+``emulator.console.main report``), and must either be accepted with sane
 output (strict JSON, every time finite and non-negative, every job of the trace accounted for,
 every value as the file wrote it) or be rejected with one short line (tests/fuzzkit/judge.py).
 The longer run through subprocesses is benchmarks/fuzz_inputs.py.
@@ -36,7 +37,9 @@ EXAMPLES = {
     "trace-alibaba-v2023": 20, "trace-philly": 20, "trace-alibaba-v2020": 15,
     "wan-events": 20, "capacity-events": 20,
     "cli-plan": 40, "cli-simulate": 20, "cli-compare": 12, "cli-trace": 30, "cli-wan": 20, "cli-topology": 40,
+    "emulator-report": 4,  # an accepted one draws four figures: about 3 s
 }
+DEADLINES = {"emulator-report": timedelta(seconds=HARD_LIMIT_S)}
 FAMILIES = families()
 
 
@@ -58,7 +61,8 @@ def test_every_family_has_a_budget():
 def test_mutated_input_is_accepted_sanely_or_rejected_in_one_line(family, work):
     make = FAMILIES[family]
 
-    @settings(max_examples=EXAMPLES[family], derandomize=True, database=None, deadline=DEADLINE,
+    @settings(max_examples=EXAMPLES[family], derandomize=True, database=None,
+              deadline=DEADLINES.get(family, DEADLINE),
               phases=[Phase.explicit, Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
     @given(rng=st.randoms(use_true_random=False))
     def check(rng):

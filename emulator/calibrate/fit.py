@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from emulator.jobs.ranklog import read_lines
-from spiderflow.errors import EmulatorError
+from spiderflow.errors import ConfigError, EmulatorError
 from spiderflow.costmodel.calibration import MIN_GPU_EFFICIENCY
 from spiderflow.costmodel.network import GBPS  # bytes/s per Gbit/s
+from spiderflow.inputs import load_json_lines, read_text
 from spiderflow.topology import Topology
 
 # op -> m: a ring collective over p ranks takes m(p-1) latency steps and moves
@@ -230,6 +230,16 @@ def calibration_json(fits: list[dict], *, scale: float, fitted_from: str,
     return out
 
 
+def read_numbered_jsonl(path: str | Path) -> list[tuple[int, dict]]:
+    """A run directory's JSON-lines file, strictly, each object with its line number: read and parsed
+    as every input of the project is (:mod:`spiderflow.inputs`: size, UTF-8, duplicate keys,
+    NaN/Infinity, nesting); one EmulatorError line naming the file and line otherwise."""
+    try:
+        return load_json_lines(read_text(path, what="JSON-lines file"), str(path))
+    except ConfigError as exc:
+        raise EmulatorError(str(exc)) from None
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
-    """A run directory's JSON-lines file, strictly (:func:`emulator.jobs.ranklog.read_lines`)."""
-    return read_lines(path, strict=True)
+    """:func:`read_numbered_jsonl`'s objects."""
+    return [record for _, record in read_numbered_jsonl(path)]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -20,12 +19,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, fit_compute, fit_records,
-                                    group_records, latency_steps, read_jsonl)
+                                    group_records, latency_steps)
+from emulator.calibrate.rundir import Run, load_run
 from emulator.net.hoststeal import noticeable, stolen_sentence
-from spiderflow.errors import EmulatorError
 from spiderflow.costmodel.network import GBPS
-from spiderflow.errors import ConfigError
-from spiderflow.inputs import load_json, read_text
 
 KIND_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "S": "#55A868"}
 KIND_NAMES = {"F": "forward", "B": "backward", "S": "gradient sync"}
@@ -34,57 +31,6 @@ TRANSFER_COLOURS = {"F": "#1F3A68", "B": "#8C3B0C"}
 TRANSFER_NAMES = {"F": "activation", "B": "gradient"}
 MAX_FIGURE_IN = 21.0  # inches: 2,310 px at the PNGs' 110 dpi
 DASH = "–"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Run:
-    path: Path
-    config: dict
-    microbench: list[dict]
-    plans: list[dict]
-    timelines: dict[str, dict]  # plan_id -> timelines/<plan_id>.json
-
-    @property
-    def scale(self) -> float:
-        return self.config["scale"]
-
-    @property
-    def dilation(self) -> float:
-        return float(self.config.get("dilation", 1.0))
-
-    @property
-    def mechanism(self) -> str:
-        return str(self.config.get("mechanism") or "unknown mechanism")
-
-
-def _read_json(path: Path) -> dict:
-    """A run directory's JSON object, read through spiderflow.inputs (size, UTF-8, duplicate keys,
-    NaN/Infinity, nesting): one EmulatorError line otherwise."""
-    try:
-        value = load_json(read_text(path, what="JSON file"), str(path))
-    except ConfigError as exc:
-        raise EmulatorError(str(exc)) from None
-    if not isinstance(value, dict):
-        raise EmulatorError(f"{path}: top level must be a JSON object")
-    return value
-
-
-def load_run(run_dir: Path) -> Run:
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise EmulatorError(f"{run_dir}: no config.json; is this a directory written by `emulator calibrate`?")
-    config = _read_json(run_dir / "config.json")
-    scale = config.get("scale")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise EmulatorError(f"{run_dir / 'config.json'}: scale must be a positive number (got {scale!r}); "
-                            "write the --scale the run used")
-    optional = lambda name: read_jsonl(run_dir / name) if (run_dir / name).is_file() else []  # noqa: E731
-    timelines = {}
-    for path in sorted((run_dir / "timelines").glob("*.json")):
-        doc = _read_json(path)
-        timelines[str(doc.get("plan_id") or path.stem)] = doc
-    return Run(path=run_dir, config=config, microbench=optional("microbench.jsonl"),
-               plans=optional("plans.jsonl"), timelines=timelines)
 
 
 # ---- numbers ---------------------------------------------------------------------------------------------

@@ -224,3 +224,10 @@ def test_read_jsonl_names_file_and_line(tmp_path):
         read_jsonl(path)
     path.write_text('{"op": "p2p"}\n\n{"op": "all_reduce"}\n')
     assert read_jsonl(path) == [{"op": "p2p"}, {"op": "all_reduce"}]
+    # JSON-lines lines end at "\n" only: U+2028 is valid inside a JSON string, not a line end
+    path.write_text('{"name": "a\u2028b"}\n{"op": "p2p", "bytes": 1, "bytes": 2}\n', encoding="utf-8")
+    with pytest.raises(EmulatorError, match=rf"^{path}: line 2: .*bytes"):
+        read_jsonl(path)
+    path.write_bytes(b'{"op": "p2p"}\n{"name": "\xe9"}\n')
+    with pytest.raises(EmulatorError, match=rf"^{path}: line 2: byte 0xe9 .* not UTF-8"):
+        read_jsonl(path)

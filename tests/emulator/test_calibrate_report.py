@@ -151,6 +151,81 @@ def test_a_bad_line_is_one_line_naming_file_and_line(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+DELETE = object()
+
+
+def edit_line(path: Path, number: int, changes: dict) -> None:
+    """Set (or with DELETE remove) keys of the JSON object on line ``number`` of a JSON-lines file."""
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[number - 1])
+    for key, value in changes.items():
+        record.pop(key) if value is DELETE else record.__setitem__(key, value)
+    lines[number - 1] = json.dumps(record)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def edit_json(path: Path, edit) -> None:
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+FIX_LINE = "fix or delete that line"
+FIX_TIMELINE = "fix or delete that file"
+# (file, edit, what the one error line says after the file's name): each a record the report used to
+# crash on (a traceback from a fit or a figure) or to leave silently out of a fit or of the MAPE
+BAD_RECORDS = {
+    "bytes-not-a-number": ("microbench.jsonl", lambda p: edit_line(p, 2, {"bytes": "x"}),
+                           f"line 2: bytes must be a positive number up to 1e+15 (got 'x'); {FIX_LINE}"),
+    "ranks-zero": ("microbench.jsonl", lambda p: edit_line(p, 20, {"ranks": 0}),
+                   f"line 20: ranks must be an integer >= 2 (got 0); {FIX_LINE}"),
+    "p2p-three-ranks": ("microbench.jsonl", lambda p: edit_line(p, 1, {"ranks": 3}),
+                        f"line 1: ranks must be 2 for a p2p record (got 3); {FIX_LINE}"),
+    "configured-beta-object": ("microbench.jsonl", lambda p: edit_line(p, 3, {"configured_beta_gbps": {"a": 1}}),
+                               "line 3: configured_beta_gbps must be null or a positive number up to 1e+09 "
+                               f"(got {{'a': 1}}); {FIX_LINE}"),
+    "no-topology": ("microbench.jsonl", lambda p: edit_line(p, 4, {"topology": DELETE}),
+                    f"line 4: topology must be a non-empty string (the field is missing); {FIX_LINE}"),
+    "compute-efficiency": ("microbench.jsonl", lambda p: p.write_text(p.read_text() + json.dumps(
+        {"op": "compute", "device": "a100-80gb", "predicted_s": 0.2, "time_s": 0.3, "efficiency": 2}) + "\n"),
+                           f"line 29: efficiency must be a number in (0, 1] (got 2); {FIX_LINE}"),
+    "ok-plan-unmeasured": ("plans.jsonl", lambda p: edit_line(p, 1, {"measured_s": None}),
+                           "line 1: measured_s must be a positive number up to 1e+06 (got None); a plan with "
+                           f"status ok has all three times; {FIX_LINE}"),
+    "huge-prediction": ("plans.jsonl", lambda p: edit_line(p, 4, {"predicted_calibrated_s": 1e300}),
+                        f"line 4: predicted_calibrated_s must be null or a positive number up to 1e+06 "
+                        f"(got 1e+300); {FIX_LINE}"),
+    "spread-reversed": ("plans.jsonl", lambda p: edit_line(p, 2, {"measured_spread_s": [2.77, 2.66]}),
+                        "line 2: measured_spread_s must be null or [min, max] of positive seconds, min <= max "
+                        f"(got [2.77, 2.66]); {FIX_LINE}"),
+    "plan-id-twice": ("plans.jsonl", lambda p: edit_line(p, 3, {"plan_id": "d1"}),
+                      "plan_id 'd1' appears twice; plan ids name timelines and must be unique: rename or delete one"),
+    "plans-not-utf8": ("plans.jsonl", lambda p: p.write_bytes(p.read_bytes().replace(b"gpt-350m", b"gpt-\xe9")),
+                       "line 2: byte 0xe9 at offset "),
+    "steal-overflows": ("config.json", lambda p: edit_json(p, lambda d: d.update(host_steal_pct=10 ** 400)),
+                        "host_steal_pct must be a number from 0 to 100 (got 1000000000000000000000000000000"),
+    "topologies-not-names": ("config.json", lambda p: edit_json(p, lambda d: d.update(topologies=[1])),
+                             "topologies must be a list, each a string (got [1]); write the values the run used"),
+    "op-of-three": ("timelines/d1.json",
+                    lambda p: edit_json(p, lambda d: d["measured"]["ranks"][1]["ops"].__setitem__(2, ["F", 0, 1])),
+                    "measured.ranks[1].ops[2] must be [kind F, B or S, micro-batch >= -1, start_s, "
+                    f"end_s >= start_s] (got ['F', 0, 1]); {FIX_TIMELINE}"),
+    "stage-named": ("timelines/d1.json", lambda p: edit_json(p, lambda d: d["measured"]["ranks"][0].update(stage="x")),
+                    f"measured.ranks[0].stage must be an integer >= 0 (got 'x'); {FIX_TIMELINE}"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_RECORDS)
+def test_a_bad_record_is_one_line_naming_file_line_and_field(tmp_path, capsys, case):
+    name, edit, says = BAD_RECORDS[case]
+    run = copy_run(tmp_path)
+    edit(run / name)
+    assert cli.main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run / name}: {says}") and err.count("\n") == 1, err
+    assert not (run / "report.md").exists() and not (run / "figures").exists()
+
+
 def test_config_alone_gives_a_report_that_says_what_is_missing(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"scale": 4, "dilation": 2, "mechanism": "netem"}))
     text = write_report(tmp_path).read_text()

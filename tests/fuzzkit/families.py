@@ -22,6 +22,8 @@ from .mutate import (BIG_DIGITS, HUGE_DIGITS, OVERSIZE, laughs, mutate_argv, mut
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "traces" / "data"
+CALIB = REPO / "tests" / "emulator" / "data" / "calib_small"
+CALIB_FILES = ("config.json", "microbench.jsonl", "plans.jsonl", "timelines/d1.json")  # a run of emulator calibrate
 
 # scratch-directory path -> repo file it copies
 COPIES = {
@@ -39,6 +41,7 @@ COPIES = {
     "data/ours_ok.csv": DATA / "ours_ok.csv",
     "data/alibaba2020/pai_task_table.csv": DATA / "alibaba2020/pai_task_table.csv",
     "data/alibaba2020/pai_job_table.csv": DATA / "alibaba2020/pai_job_table.csv",
+    **{f"calib/{rel}": CALIB / rel for rel in CALIB_FILES},
 }
 
 
@@ -81,9 +84,10 @@ def seed_bytes(rel: str) -> bytes:
 class Case:
     family: str
     label: str  # how it was made, for reports
-    argv: list[str] | None  # python -m spiderflow ...; None: only the loader
+    argv: list[str] | None  # python -m <program> ...; None: only the loader
     files: dict[str, bytes] = field(default_factory=dict)  # scratch-relative path -> content
     loader: tuple[str, str, dict] | None = None  # (topology | calibration | trace, path, keyword arguments)
+    program: str = "spiderflow"  # or "emulator": its commands that need no root (report)
 
     def write(self, work: Path) -> None:
         """Reset ``work`` (:func:`prepare_workdir`) and write this case's files into it."""
@@ -172,6 +176,16 @@ def _events_family(family: str, seed: str, option: str) -> Callable[[random.Rand
 EVENT_FAMILIES = (("wan-events", "wan/default.csv", "--wan-events"),  # (family, seed, option)
                   ("capacity-events", "wan/capacity.csv", "--capacity-events"))
 
+
+def _emulator_report(rng: random.Random) -> Case:
+    """A run directory of ``emulator calibrate`` (tests/emulator/data/calib_small) with one file
+    spoilt, through ``python -m emulator report``."""
+    rel = rng.choice(CALIB_FILES)
+    data = mutate_json(rng, seed_bytes(f"calib/{rel}"), lines=rel.endswith(".jsonl"))
+    return Case("emulator-report", f"mutated calib/{rel}", ["report", "calib"], {f"calib/{rel}": data},
+                program="emulator")
+
+
 FILE_FAMILIES: dict[str, Callable[[random.Random], Case]] = {
     "topology": _topology,
     "calibration": _calibration,
@@ -185,6 +199,7 @@ FILE_FAMILIES: dict[str, Callable[[random.Random], Case]] = {
     "trace-philly": _philly,
     "trace-alibaba-v2020": _alibaba2020,
     **{family: _events_family(family, seed, option) for family, seed, option in EVENT_FAMILIES},
+    "emulator-report": _emulator_report,
 }
 
 
@@ -407,6 +422,8 @@ def valid_cases() -> list[Case]:
     for family, seed, option in EVENT_FAMILIES:
         cases.append(Case(family, f"valid {seed}", ["simulate", "--topology", "topologies/default.yaml", "--trace",
                                                       "traces/default.csv", option, seed, *SIM]))
+    cases.append(Case("emulator-report", "valid calib/ (tests/emulator/data/calib_small)", ["report", "calib"],
+                      program="emulator"))
     # a file name that is not UTF-8 (bytes 0xff on the command line) is a valid name to write
     cases += [Case("cli-topology", "valid topology generate --out to a non-UTF-8 file name",
                    ["topology", "generate", "--clusters", "3", "--out", "out/\udcff.yaml"]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -145,12 +146,35 @@ def check_cli_output(argv: list[str], out: str) -> None:
             raise Problem(f"topology check exited 0 but said {out[:200]!r}")
 
 
-def judge_cli(argv: list[str], rc: int, out: str, err: str) -> Outcome:
+_MAPE = re.compile(r"MAPE uncalibrated \d+\.\d% -> calibrated \d+\.\d% over (\d+) plans \(|MAPE: no measured plans \(")
+
+
+def check_report_output(argv: list[str], out: str) -> None:
+    """Raise :class:`Problem` unless an exit-0 ``emulator report DIR`` wrote a sane report of DIR:
+    its path and the MAPE line printed, strict JSON fits, no NaN or inf in report.md, and the MAPE
+    over exactly the plans of plans.jsonl with status ok (none silently left out)."""
+    run = Path(argv[-1])
+    lines = out.splitlines()
+    if len(lines) != 2 or lines[0] != str(run / "report.md") or not (match := _MAPE.match(lines[1])):
+        raise Problem(f"emulator report exited 0 but printed {out[:300]!r}")
+    report = (run / "report.md").read_text()
+    if lines[1] not in report.splitlines():
+        raise Problem("report.md does not hold the MAPE line printed")
+    no_nonfinite_text(out, "emulator report")
+    strict_json((run / "fits.json").read_text(), "fits.json")
+    plans = run / "plans.jsonl"
+    text = plans.read_text() if plans.is_file() else ""
+    ok = sum(json.loads(line).get("status") == "ok" for line in text.split("\n") if line.strip())
+    if int(match[1] or 0) != ok:
+        raise Problem(f"the MAPE counts {match[1] or 0} plans, plans.jsonl has {ok} with status ok")
+
+
+def judge_cli(argv: list[str], rc: int, out: str, err: str, *, program: str = "spiderflow") -> Outcome:
     outcome = judge_exit(rc, out, err)
     if outcome is not None:
         return outcome
     try:
-        check_cli_output(argv, out)
+        check_report_output(argv, out) if program == "emulator" else check_cli_output(argv, out)
     except Problem as p:
         return Outcome(p.kind, str(p))
     except SystemExit:
@@ -162,7 +186,10 @@ def judge_cli(argv: list[str], rc: int, out: str, err: str) -> Outcome:
 
 def run_case_inprocess(case: Case, work: Path, *, timeout_s: float, cli_if_rejected: bool = False) -> Outcome:
     """The loader first (cheap); the CLI when the loader accepted (or ``cli_if_rejected``)."""
-    from spiderflow.cli import main
+    if case.program == "emulator":
+        from emulator.console import main
+    else:
+        from spiderflow.cli import main
 
     case.write(work)
     with cwd(work):
@@ -171,7 +198,7 @@ def run_case_inprocess(case: Case, work: Path, *, timeout_s: float, cli_if_rejec
                                                           (outcome.kind == "rejected" and not cli_if_rejected))):
             return outcome
         crash, rc, out, err = run_main(main, case.argv, timeout_s=timeout_s)
-        return crash or judge_cli(case.argv, rc, out, err)
+        return crash or judge_cli(case.argv, rc, out, err, program=case.program)
 
 
 DRIVER = """\
@@ -211,7 +238,7 @@ def run_case_subprocess(case: Case, work: Path, *, python: str, timeout_s: float
     has no command line; then, in this process, the checks of what was accepted."""
     case.write(work)
     if case.argv is not None:
-        cmd = [python, "-m", "spiderflow", *case.argv]
+        cmd = [python, "-m", case.program, *case.argv]
     else:
         kind, path, kwargs = case.loader
         cmd = [python, "-c", DRIVER, kind, path, json.dumps(kwargs)]
@@ -222,7 +249,7 @@ def run_case_subprocess(case: Case, work: Path, *, python: str, timeout_s: float
         if case.argv is None:
             outcome = judge_exit(rc, out, err) or Outcome("accepted")
         else:
-            outcome = judge_cli(case.argv, rc, out, err)
+            outcome = judge_cli(case.argv, rc, out, err, program=case.program)
         if outcome.kind == "accepted" and case.loader:
             checked = load_case(case, timeout_s=timeout_s)
             if checked.failed or checked.kind == "rejected":
