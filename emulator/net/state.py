@@ -87,6 +87,33 @@ class ProcRecord:
         return proc_starttime(self.pid) == self.starttime
 
 
+_LISTS_OF_TEXT = ("files", "servers", "root_links")
+
+
+def state_problem(state) -> str | None:
+    """What makes ``state`` unusable by ``clean`` (the fields it acts on, of the wrong shape), or None:
+    a state file edited by hand or by another version must not turn ``clean`` into a traceback."""
+    if not isinstance(state, dict):
+        return f"the top level is a {type(state).__name__}, not an object"
+    if not isinstance(state.get("run_id"), (str, type(None))):
+        return f"run_id is {state['run_id']!r}, not a string"
+    processes = state.get("processes", [])
+    if not isinstance(processes, list):
+        return "processes is not a list"
+    for i, p in enumerate(processes):
+        if not (isinstance(p, dict) and set(p) == {"pid", "starttime", "role"} and isinstance(p["role"], str)
+                and all(isinstance(p[k], int) and not isinstance(p[k], bool) for k in ("pid", "starttime"))
+                and p["pid"] > 0 and p["starttime"] >= 0):
+            return f"processes[{i}] is not {{pid > 0, starttime >= 0, role}}"
+    for key in _LISTS_OF_TEXT:
+        value = state.get(key, [])
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return f"{key} is not a list of strings"
+    if not isinstance(state.get("ssh") or {}, dict):
+        return "ssh is not an object"
+    return None
+
+
 class StateStore:
     """``emulation.json`` and ``emulator.lock`` in one directory."""
 
@@ -129,12 +156,16 @@ class StateStore:
 
     def read(self) -> dict | None:
         try:
-            return json.loads(self.path.read_text())
+            state = json.loads(self.path.read_text())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
             raise EmulatorError(f"{self.path}: unreadable state file ({exc}); "
                                 "inspect it, then delete it by hand") from None
+        if problem := state_problem(state):
+            raise EmulatorError(f"{self.path}: unreadable state file ({problem}); "
+                                "inspect it, then delete it by hand")
+        return state
 
     def write(self, state: dict) -> None:
         tmp = self.path.with_suffix(".tmp")

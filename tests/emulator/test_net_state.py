@@ -1,5 +1,6 @@
 """Lock, state file and removal by state (no root: uses processes of our own)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,13 @@ def test_state_round_trip_and_unreadable_file(tmp_path):
     store.path.write_text("{not json")
     with pytest.raises(EmulatorError, match="unreadable state file"):
         store.read()
+    for bad, says in (([1], "the top level is a list"), ({"run_id": 5}, "run_id is 5"),
+                      ({"processes": [{"pid": 1, "starttime": "x", "role": "shell"}]}, r"processes\[0\] is not"),
+                      ({"processes": [{"pid": 1}]}, r"processes\[0\] is not"), ({"files": "/tmp"}, "files is not"),
+                      ({"servers": [None]}, "servers is not"), ({"ssh": [1]}, "ssh is not")):
+        store.path.write_text(json.dumps(bad))  # by hand, or by another version: never a traceback in clean
+        with pytest.raises(EmulatorError, match=rf"^{store.path}: unreadable state file \({says}.*delete it by hand"):
+            store.read()
     store.remove()
     assert store.read() is None
 
