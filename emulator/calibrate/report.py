@@ -49,9 +49,17 @@ def error_pct(predicted_s: float, measured_s: float) -> float:
     return (predicted_s - measured_s) / measured_s * 100
 
 
+def unmeasured_plans(plans: list[dict]) -> list[dict]:
+    """Plans with status ok that measured nothing (a run whose rank logs held no complete iteration
+    after warm-up): not in the MAPE, and the MAPE line says how many."""
+    return [p for p in plans if p.get("status") == "ok" and p.get("measured_s") is None]
+
+
 def mape_line(plans: list[dict], *, scale: float, mechanism: str, dilation: float = 1.0) -> str:
     ok = measured_plans(plans)
-    knobs = f"scale {scale:g}, dilation {dilation:g}, delay by {mechanism}"
+    unmeasured = len(unmeasured_plans(plans))
+    knobs = f"scale {scale:g}, dilation {dilation:g}, delay by {mechanism}" + (
+        f"; {unmeasured} plan{'s' * (unmeasured > 1)} with status ok measured nothing" if unmeasured else "")
     if not ok:
         return f"MAPE: no measured plans ({len(plans)} in plans.jsonl; {knobs})"
     mape = {k: sum(abs(error_pct(p[k], p["measured_s"])) for p in ok) / len(ok)
@@ -181,7 +189,9 @@ def _plans_section(plans: list[dict], figures: Path) -> list[str]:
         measured = DASH if not _positive(meas) else f"{meas:.3f}" + (
             f" [{spread[0]:.3f}, {spread[1]:.3f}]" if spread and len(spread) == 2 else "")
         err = lambda k: f"{error_pct(p[k], meas):+.1f}" if _positive(meas) and _positive(p.get(k)) else DASH  # noqa
-        status = p.get("status", DASH) + (f": {p['reason']}" if p.get("reason") else "")
+        status = p["status"] + (f": {p['reason']}" if p.get("reason") else "")
+        if p["status"] == "ok" and meas is None:
+            status += " (nothing measured: not in the MAPE)"
         rows.append([p.get("plan_id"), Path(str(p.get("topology"))).stem, p.get("shape"), p.get("description"),
                      _fmt(p.get("predicted_uncalibrated_s"), ".3f"), _fmt(p.get("predicted_calibrated_s"), ".3f"),
                      measured, err("predicted_uncalibrated_s"), err("predicted_calibrated_s"), status])

@@ -164,11 +164,10 @@ def _spread(value) -> str | None:
 
 def check_plan(record: dict, where: _Where) -> None:
     _fields(record, where, _PLAN, {**_PLAN_OPTIONAL, "measured_spread_s": lambda v: None if v is None else _spread(v)})
-    if record["status"] == "ok":  # it counts in the MAPE: all three times are needed
-        _fields(record, _Where(where.path, "a plan with status ok has all three times; fix or delete that line",
-                               where.line), {k: _seconds for k in PLAN_TIMES}, {})
-    else:
-        _fields(record, where, {}, {k: _or_null(_seconds) for k in PLAN_TIMES})
+    if record["status"] == "ok":  # it ran: both predictions are needed, and a measurement if it made one
+        _fields(record, _Where(where.path, "a plan with status ok has both predictions; fix or delete that line",
+                               where.line), {k: _seconds for k in PLAN_TIMES[:2]}, {})
+    _fields(record, where, {}, {k: _or_null(_seconds) for k in PLAN_TIMES})
 
 
 def _op(value) -> str | None:

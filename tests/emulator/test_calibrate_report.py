@@ -15,7 +15,7 @@ import pytest
 
 from emulator import console as cli
 from emulator.calibrate.fit import fit_records, read_jsonl
-from emulator.calibrate.report import _split_waits, write_report
+from emulator.calibrate.report import _split_waits, mape_summary, write_report
 
 DATA = Path(__file__).parent / "data" / "calib_small"
 FIGURES = ("links.png", "plans_scatter.png", "timeline.png", "bandwidth_vs_size.png")
@@ -189,9 +189,9 @@ BAD_RECORDS = {
     "compute-efficiency": ("microbench.jsonl", lambda p: p.write_text(p.read_text() + json.dumps(
         {"op": "compute", "device": "a100-80gb", "predicted_s": 0.2, "time_s": 0.3, "efficiency": 2}) + "\n"),
                            f"line 29: efficiency must be a number in (0, 1] (got 2); {FIX_LINE}"),
-    "ok-plan-unmeasured": ("plans.jsonl", lambda p: edit_line(p, 1, {"measured_s": None}),
-                           "line 1: measured_s must be a positive number up to 1e+06 (got None); a plan with "
-                           f"status ok has all three times; {FIX_LINE}"),
+    "ok-plan-unpredicted": ("plans.jsonl", lambda p: edit_line(p, 1, {"predicted_uncalibrated_s": None}),
+                            "line 1: predicted_uncalibrated_s must be a positive number up to 1e+06 (got None); a "
+                            f"plan with status ok has both predictions; {FIX_LINE}"),
     "huge-prediction": ("plans.jsonl", lambda p: edit_line(p, 4, {"predicted_calibrated_s": 1e300}),
                         f"line 4: predicted_calibrated_s must be null or a positive number up to 1e+06 "
                         f"(got 1e+300); {FIX_LINE}"),
@@ -224,6 +224,17 @@ def test_a_bad_record_is_one_line_naming_file_line_and_field(tmp_path, capsys, c
     err = capsys.readouterr().err
     assert err.startswith(f"error: {run / name}: {says}") and err.count("\n") == 1, err
     assert not (run / "report.md").exists() and not (run / "figures").exists()
+
+
+def test_an_ok_plan_that_measured_nothing_is_named_not_dropped(tmp_path):
+    """The runner can end a job ok with no complete iteration after warm-up ("done, nothing
+    measured"); calibrate then writes status ok and measured_s null."""
+    run = copy_run(tmp_path)
+    edit_line(run / "plans.jsonl", 2, {"measured_s": None, "measured_spread_s": None})
+    line = mape_summary(run)
+    assert line.endswith("over 2 plans (scale 10, dilation 1, delay by nfqueue; 1 plan with status ok measured "
+                         "nothing)"), line
+    assert MAPE.match(mape_summary(copy_run(tmp_path / "intact")))  # otherwise the line is as it was
 
 
 def test_config_alone_gives_a_report_that_says_what_is_missing(tmp_path):

@@ -151,8 +151,9 @@ _MAPE = re.compile(r"MAPE uncalibrated \d+\.\d% -> calibrated \d+\.\d% over (\d+
 
 def check_report_output(argv: list[str], out: str) -> None:
     """Raise :class:`Problem` unless an exit-0 ``emulator report DIR`` wrote a sane report of DIR:
-    its path and the MAPE line printed, strict JSON fits, no NaN or inf in report.md, and the MAPE
-    over exactly the plans of plans.jsonl with status ok (none silently left out)."""
+    its path and the MAPE line printed, strict JSON fits, no NaN or inf in what it printed, and the
+    MAPE over exactly the measured plans of plans.jsonl with status ok, saying how many measured
+    nothing (none silently left out)."""
     run = Path(argv[-1])
     lines = out.splitlines()
     if len(lines) != 2 or lines[0] != str(run / "report.md") or not (match := _MAPE.match(lines[1])):
@@ -164,9 +165,12 @@ def check_report_output(argv: list[str], out: str) -> None:
     strict_json((run / "fits.json").read_text(), "fits.json")
     plans = run / "plans.jsonl"
     text = plans.read_text() if plans.is_file() else ""
-    ok = sum(json.loads(line).get("status") == "ok" for line in text.split("\n") if line.strip())
-    if int(match[1] or 0) != ok:
-        raise Problem(f"the MAPE counts {match[1] or 0} plans, plans.jsonl has {ok} with status ok")
+    ok = [p for p in map(json.loads, filter(str.strip, text.split("\n"))) if p.get("status") == "ok"]
+    measured = sum(p.get("measured_s") is not None for p in ok)
+    if int(match[1] or 0) != measured:
+        raise Problem(f"the MAPE counts {match[1] or 0} plans, plans.jsonl has {measured} measured with status ok")
+    if len(ok) > measured and f"{len(ok) - measured} plan" not in lines[1]:
+        raise Problem(f"{len(ok) - measured} plans with status ok measured nothing, and the MAPE line does not say")
 
 
 def judge_cli(argv: list[str], rc: int, out: str, err: str, *, program: str = "spiderflow") -> Outcome:
