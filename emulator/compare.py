@@ -48,7 +48,8 @@ from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_
                           check_split, check_warmup, emulation, rank_pools, resolve_network, servers_and_topology,
                           write_results)
 from emulator.net.servers import add_server_arguments
-from spiderflow.cliutil import add_scheduler_arguments, dumps, float_in, int_in, make_output_dir, name_list, output_dir
+from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in, make_output_dir,
+                                name_list, output_dir)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import EmulatorError
@@ -97,15 +98,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-timeout", type=float_in(0.0, MAX_JOB_TIMEOUT_S, "seconds"), default=d.job_timeout_s,
                         metavar="S", help="fail a job still running S real-equivalent seconds after launch "
                                           "(default %(default)g)")
-    parser.add_argument("--calibration", default=None, metavar="FILE",
+    parser.add_argument("--calibration", type=input_file, default=None, metavar="FILE",
                         help="calibration JSON from `emulator calibrate`: planners, predictions and the "
                              "simulation use it")
     parser.add_argument("--calibration-any-topology", action="store_true",
                         help="apply --calibration although it records another topology than --topology")
-    parser.add_argument("--wan-events", default=None, metavar="FILE",
+    parser.add_argument("--wan-events", type=input_file, default=None, metavar="FILE",
                         help="WAN events CSV (docs/wan-events.md), in force on the live network at their "
                              "compressed times in each replay and in its simulation")
-    parser.add_argument("--capacity-events", default=None, metavar="FILE",
+    parser.add_argument("--capacity-events", type=input_file, default=None, metavar="FILE",
                         help="capacity events CSV (docs/wan-events.md), compressed like arrivals, in both")
     add_replan_argument(parser)
     add_scheduler_arguments(parser)

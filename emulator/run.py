@@ -41,7 +41,8 @@ from emulator.net.layout import NetConfig
 from emulator.jobs.pool import RankPool
 from emulator.jobs.replay import JobRun, RunConfig, Runner
 from emulator.net.state import StateStore
-from spiderflow.cliutil import add_scheduler_arguments, dumps, float_in, int_in, make_output_dir, output_dir
+from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in, make_output_dir,
+                                output_dir)
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, plan_work
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import InfeasiblePlan
@@ -95,15 +96,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start every rank as a new Python interpreter that imports torch, exec'd from a "
                              "cold pool on its server (default: fork it from a warm rank pool that imported torch "
                              "once, emulator/jobs/pool.py)")
-    parser.add_argument("--calibration", default=None, metavar="FILE",
+    parser.add_argument("--calibration", type=input_file, default=None, metavar="FILE",
                         help="calibration JSON from `emulator calibrate`: the planner and the predictions use it")
     parser.add_argument("--calibration-any-topology", action="store_true",
                         help="apply --calibration although it records another topology than --topology")
-    parser.add_argument("--wan-events", default=None, metavar="FILE",
+    parser.add_argument("--wan-events", type=input_file, default=None, metavar="FILE",
                         help="WAN events CSV (docs/wan-events.md): links' bandwidth, latency and outages over "
                              "the trace's time, put in force on the live network at their times (compressed by "
                              "--time-scale and dilated like arrivals)")
-    parser.add_argument("--capacity-events", default=None, metavar="FILE",
+    parser.add_argument("--capacity-events", type=input_file, default=None, metavar="FILE",
                         help="capacity events CSV (docs/wan-events.md): GPUs of a cluster withdrawn with a notice "
                              "and returned, on the trace's time; jobs on withdrawn GPUs are stopped and placed again")
     add_replan_argument(parser)

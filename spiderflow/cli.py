@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from spiderflow import __version__, shipped
-from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, dumps, int_in, run_main,
+from spiderflow.cliutil import (MAX_SEED, MAX_TIME_LIMIT_S, OneLineParser, dumps, input_file, int_in, run_main,
                                 int_list, make_output_dir, name_list, output_dir, output_file, seed_arg,
                                 time_limit_arg, write_output_file)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
@@ -44,7 +44,7 @@ def add_plan(sub) -> None:
                    help="comma-separated clusters to use, in pipeline order")
     p.add_argument("--planner", default=DEFAULT_PLANNER, choices=list(PLANNERS),
                    help="placement strategy (default %(default)s)")
-    p.add_argument("--calibration", help="calibration JSON from `emulator calibrate` (default: none)")
+    p.add_argument("--calibration", type=input_file, help="calibration JSON from `emulator calibrate` (default: none)")
     p.add_argument("--calibration-any-topology", action="store_true",
                    help="apply --calibration although it records another topology than --topology")
     p.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")

@@ -207,6 +207,15 @@ def _check_file(text: str) -> None:
         raise argparse.ArgumentTypeError(f"cannot write {text} (permission denied); give another path")
 
 
+def input_file(text: str) -> str:
+    """argparse type of an optional input file (--calibration, --wan-events, --capacity-events): an
+    empty path is refused, not taken for the option left out (``--wan-events "$UNSET"`` would
+    otherwise replay a static WAN without a word); the loader says the rest (missing, a directory)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must be a file path (got ''); give the file, or leave the option out")
+    return text
+
+
 def output_dir(text: str) -> str:
     """argparse type: a directory that exists or can be made (its nearest existing ancestor is a
     writable directory)."""

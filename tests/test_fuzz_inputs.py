@@ -7,7 +7,8 @@ alias bombs, oversize CSV fields, columns removed or added, option values replac
 
 Each mutated input goes through the real entry point in-process (the loader, then
 ``spiderflow.cli.main`` when the loader accepts it; a calibration run directory through
-``emulator.console.main report``), and must either be accepted with sane
+``emulator.console.main report``; the emulator's other commands with ``os.geteuid`` answering
+nobody's uid, so valid input ends at their root check and counts as accepted), and must either be accepted with sane
 output (strict JSON, every time finite and non-negative, every job of the trace accounted for,
 every value as the file wrote it) or be rejected with one short line (tests/fuzzkit/judge.py).
 The longer run through subprocesses is benchmarks/fuzz_inputs.py.
@@ -38,6 +39,7 @@ EXAMPLES = {
     "wan-events": 20, "capacity-events": 20,
     "cli-plan": 40, "cli-simulate": 20, "cli-compare": 12, "cli-trace": 30, "cli-wan": 20, "cli-topology": 40,
     "emulator-report": 4,  # an accepted one draws four figures: about 3 s
+    "cli-emulator": 30,
 }
 DEADLINES = {"emulator-report": timedelta(seconds=HARD_LIMIT_S)}
 FAMILIES = families()

@@ -92,12 +92,21 @@ def network_config(args: argparse.Namespace, dilation: float | None = None) -> N
                      intra_cap_mbps=args.intra_cap_mbps, delay=args.delay, dilation=k)
 
 
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False where the name itself is refused (too long, a NUL byte): the loader
+    then says so in one line."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_topology(path: str) -> str:
     """``path`` as given, or relative to the repository when run from elsewhere."""
-    if Path(path).exists() or Path(path).is_absolute():
+    if _exists(Path(path)) or Path(path).is_absolute():
         return path
     repo = Path(__file__).resolve().parents[2] / path
-    return str(repo) if repo.exists() else path
+    return str(repo) if _exists(repo) else path
 
 
 # Check has no ranks: what auto guards against (per-op costs of many ranks) is not there, and the

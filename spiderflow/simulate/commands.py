@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from spiderflow import shipped
-from spiderflow.cliutil import add_scheduler_arguments, dumps, int_in, name_list, output_dir, output_dir_for
+from spiderflow.cliutil import (add_scheduler_arguments, dumps, input_file, int_in, name_list, output_dir,
+                                output_dir_for)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
 from spiderflow.errors import ConfigError
@@ -40,7 +41,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="skip (and count) rows that do not parse instead of stopping at the first")
     p.add_argument("--jobs", type=int_in(1, MAX_TRACE_JOBS), help="replay only the first N jobs of the trace")
     p.add_argument("--charge-overhead", action="store_true", help="add scheduling overhead to the start delay")
-    p.add_argument("--calibration", help="calibration JSON from `emulator calibrate` (default: none, the "
+    p.add_argument("--calibration", type=input_file, help="calibration JSON from `emulator calibrate` (default: none, the "
                                          "topology's figures as given)")
     p.add_argument("--calibration-any-topology", action="store_true",
                    help="apply --calibration although it records another topology than --topology")

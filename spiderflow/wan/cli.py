@@ -9,7 +9,8 @@ import argparse
 import shlex
 
 from spiderflow import shipped
-from spiderflow.cliutil import MAX_SEED, dumps, float_in, int_in, output_file, seed_arg, write_output_file
+from spiderflow.cliutil import (MAX_SEED, dumps, float_in, input_file, int_in, output_file, seed_arg,
+                                write_output_file)
 from spiderflow.errors import ConfigError
 from spiderflow.topology import load_topology
 from spiderflow.traces.cli import printable
@@ -25,10 +26,10 @@ MAX_WITHDRAWALS = 10_000
 
 def add_change_arguments(p: argparse.ArgumentParser) -> None:
     """A changing network for a replay (docs/wan-events.md)."""
-    p.add_argument("--wan-events", metavar="FILE",
+    p.add_argument("--wan-events", type=input_file, metavar="FILE",
                    help="WAN events CSV (time_s,link,bandwidth_gbps,latency_ms,up; `wan generate` makes one): "
                         "link bandwidth over time and outages (default: a static WAN)")
-    p.add_argument("--capacity-events", metavar="FILE",
+    p.add_argument("--capacity-events", type=input_file, metavar="FILE",
                    help="capacity events CSV (time_s,cluster,gpus,notice_s,return_s): spot GPUs withdrawn "
                         "after a notice and returned")
     add_replan_argument(p)

@@ -87,7 +87,7 @@ class Case:
     argv: list[str] | None  # python -m <program> ...; None: only the loader
     files: dict[str, bytes] = field(default_factory=dict)  # scratch-relative path -> content
     loader: tuple[str, str, dict] | None = None  # (topology | calibration | trace, path, keyword arguments)
-    program: str = "spiderflow"  # or "emulator": its commands that need no root (report)
+    program: str = "spiderflow"  # or "emulator" (as a user without root: tests/fuzzkit/run.py)
 
     def write(self, work: Path) -> None:
         """Reset ``work`` (:func:`prepare_workdir`) and write this case's files into it."""
@@ -289,6 +289,35 @@ CLI_BASES: dict[str, list[list[str]]] = {
 }
 
 
+# the emulator's commands that need root, up to their root check (run with os.geteuid answering
+# 65534: tests/fuzzkit/run.py); --dilation is given, as `auto` plans every job of the trace first
+EMULATOR_NET = ["--hosts-per-cluster", "2", "--scale", "10", "--intra-cap-mbps", "1000", "--delay", "auto",
+                "--dilation", "2"]
+EMULATOR_BASES = [
+    ["run", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", "--planner", "spinsearch",
+     "--iterations", "5", "--warmup", "1", "--time-scale", "1", "--job-timeout", "60", "--time-limit", "1",
+     "--search-budget", "20", "--seed", "1", "--out", "out/r", *EMULATOR_NET],
+    ["run", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", "--calibration",
+     "cal/calibration-default.json", "--wan-events", "wan/default.csv", "--capacity-events", "wan/capacity.csv",
+     "--compute", "emulated", "--dilation", "1", "--json"],
+    ["compare", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", "--planners",
+     "spinsearch,blind", "--startup", "model", "--iterations", "5", "--out", "out/c", *EMULATOR_NET],
+    ["calibrate", "--topology", "topologies/default.yaml", "--iterations", "5", "--warmup", "1", "--samples", "3",
+     "--out", "out/cal", *EMULATOR_NET],
+    ["check", "--topology", "topologies/default.yaml", "--seconds", "2", "--json", *EMULATOR_NET],
+]
+EMULATOR_VALUES: dict[str, list[str]] = {
+    **BAD_VALUES,
+    "--iterations": ["0", "1", "-1", "nan", "1e400", "100001", "1.5", ""], "--warmup": ["-1", "5", "6", "nan", ""],
+    "--time-scale": ["0", "-1", "nan", "inf", "1e400", ""], "--job-timeout": ["0", "-1", "nan", "inf", ""],
+    "--samples": ["0", "-1", "nan", "101", ""], "--seconds": ["0", "-1", "nan", "inf", "1e400", ""],
+    "--hosts-per-cluster": ["0", "-1", "nan", "241", ""], "--scale": ["0", "-1", "nan", "inf", "1e-300", ""],
+    "--intra-cap-mbps": ["0", "-1", "nan", "inf", ""], "--delay": ["x", "", "NETEM"],
+    "--dilation": ["0", "-1", "nan", "inf", "auto ", "65", "0.5", ""], "--startup": ["x", "-1", "nan", "inf", ""],
+    "--compute": ["x", "", "REAL"], "--planner": ["nope", "", "ILP", "\udcff"],
+}
+
+
 def _cli_family(name: str, *, subprocess_safe: bool) -> Callable[[random.Random], Case]:
     generic = [g for g in GENERIC if "\x00" not in g] if subprocess_safe else GENERIC
     values = {k: [v for v in vs if "\x00" not in v] if subprocess_safe else vs for k, vs in BAD_VALUES.items()}
@@ -300,11 +329,23 @@ def _cli_family(name: str, *, subprocess_safe: bool) -> Callable[[random.Random]
     return make
 
 
+def _cli_emulator(*, subprocess_safe: bool) -> Callable[[random.Random], Case]:
+    generic = [g for g in GENERIC if "\x00" not in g] if subprocess_safe else GENERIC
+    values = ({k: [v for v in vs if "\x00" not in v] for k, vs in EMULATOR_VALUES.items()} if subprocess_safe
+              else EMULATOR_VALUES)
+
+    def make(rng: random.Random) -> Case:
+        argv = mutate_argv(rng, rng.choice(EMULATOR_BASES), values, generic, keep=KEEP)
+        return Case("cli-emulator", "mutated command line", argv, program="emulator")
+    return make
+
+
 def families(*, subprocess_safe: bool = False) -> dict[str, Callable[[random.Random], Case]]:
     """Every family: name -> ``make(rng) -> Case``. ``subprocess_safe``: no NUL in an argument
     (an operating system cannot pass one)."""
     out = dict(FILE_FAMILIES)
     out.update({name: _cli_family(name, subprocess_safe=subprocess_safe) for name in CLI_BASES})
+    out["cli-emulator"] = _cli_emulator(subprocess_safe=subprocess_safe)
     return out
 
 
@@ -402,6 +443,13 @@ def known_bad() -> list[Case]:
         _cli("simulate --trace with a 300-character file name", "cli-simulate", "simulate", "--topology",
              "topologies/default.yaml", "--trace", "x" * 300, *SIM),
         _cli("plan --topology with a 300-character file name", "cli-plan", "plan", "--topology", "x" * 300, *PLAN),
+        # an empty path is not the option left out (`--wan-events "$UNSET"`): it was, silently, before 2026-11-29
+        _cli("simulate --wan-events ''", "cli-simulate", *SIM_DEFAULT, "--wan-events", ""),
+        _cli("plan --calibration ''", "cli-plan", *PLAN_DEFAULT, "--calibration", ""),
+        Case("cli-emulator", "emulator run --capacity-events ''", [*EMULATOR_BASES[0], "--capacity-events", ""],
+             program="emulator"),
+        Case("cli-emulator", "emulator calibrate --topology with a 300-character file name (a traceback before "
+             "2026-11-29)", ["calibrate", "--topology", "x" * 300, "--dilation", "2"], program="emulator"),
     ]
 
 
@@ -424,6 +472,7 @@ def valid_cases() -> list[Case]:
                                                       "traces/default.csv", option, seed, *SIM]))
     cases.append(Case("emulator-report", "valid calib/ (tests/emulator/data/calib_small)", ["report", "calib"],
                       program="emulator"))
+    cases += [Case("cli-emulator", "valid " + " ".join(argv), argv, program="emulator") for argv in EMULATOR_BASES]
     # a file name that is not UTF-8 (bytes 0xff on the command line) is a valid name to write
     cases += [Case("cli-topology", "valid topology generate --out to a non-UTF-8 file name",
                    ["topology", "generate", "--clusters", "3", "--out", "out/\udcff.yaml"]),

@@ -173,12 +173,23 @@ def check_report_output(argv: list[str], out: str) -> None:
         raise Problem(f"{len(ok) - measured} plans with status ok measured nothing, and the MAPE line does not say")
 
 
+def check_emulator_output(argv: list[str], out: str) -> None:
+    """An emulator command that exits 0 without root can only be ``report`` (checked as such)."""
+    if argv[:1] != ["report"]:
+        raise Problem(f"emulator {' '.join(argv[:1])} exited 0 without root, printing {out[:200]!r}")
+    check_report_output(argv, out)
+
+
 def judge_cli(argv: list[str], rc: int, out: str, err: str, *, program: str = "spiderflow") -> Outcome:
+    from emulator.net.capability import NOT_ROOT
+
+    if program == "emulator" and rc == 2 and err == f"error: {NOT_ROOT}\n" and not out:
+        return Outcome("accepted", "every input checked, then the root check")
     outcome = judge_exit(rc, out, err)
     if outcome is not None:
         return outcome
     try:
-        check_report_output(argv, out) if program == "emulator" else check_cli_output(argv, out)
+        check_emulator_output(argv, out) if program == "emulator" else check_cli_output(argv, out)
     except Problem as p:
         return Outcome(p.kind, str(p))
     except SystemExit:
@@ -201,8 +212,33 @@ def run_case_inprocess(case: Case, work: Path, *, timeout_s: float, cli_if_rejec
         if case.argv is None or (outcome is not None and (outcome.failed or
                                                           (outcome.kind == "rejected" and not cli_if_rejected))):
             return outcome
-        crash, rc, out, err = run_main(main, case.argv, timeout_s=timeout_s)
+        with not_root() if case.program == "emulator" else contextlib.nullcontext():
+            crash, rc, out, err = run_main(main, case.argv, timeout_s=timeout_s)
         return crash or judge_cli(case.argv, rc, out, err, program=case.program)
+
+
+NOT_ROOT_UID = 65534  # nobody
+
+
+@contextlib.contextmanager
+def not_root():
+    """``os.geteuid`` answers nobody's uid: the emulator's commands check every input, then stop at
+    their root check (``emulator.net.capability.require_root``) without building anything, even
+    when the tests run as root."""
+    real = os.geteuid
+    os.geteuid = lambda: NOT_ROOT_UID
+    try:
+        yield
+    finally:
+        os.geteuid = real
+
+
+EMULATOR_DRIVER = f"""\
+import os, sys
+os.geteuid = lambda: {NOT_ROOT_UID}  # as tests/fuzzkit/run.py's not_root(): stop at the root check
+from emulator.console import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 DRIVER = """\
@@ -241,7 +277,9 @@ def run_case_subprocess(case: Case, work: Path, *, python: str, timeout_s: float
     """The real CLI (``python -m spiderflow``), or the loader through ``python -c`` where the case
     has no command line; then, in this process, the checks of what was accepted."""
     case.write(work)
-    if case.argv is not None:
+    if case.argv is not None and case.program == "emulator":
+        cmd = [python, "-c", EMULATOR_DRIVER, *case.argv]
+    elif case.argv is not None:
         cmd = [python, "-m", case.program, *case.argv]
     else:
         kind, path, kwargs = case.loader
