@@ -3,13 +3,15 @@ tests/test_fuzz_inputs.py.
 
 Every family of tests/fuzzkit/families.py (topology YAML, calibration JSON, our trace CSV,
 the five public trace formats, WAN and capacity events files, the command lines of plan /
-simulate / compare / trace / wan / topology, the run directory ``emulator report`` reads) is
-mutated ``--examples`` times; each input runs as ``python -m spiderflow ...`` (or
-``python -m emulator report ...``) in a scratch directory with a per-run timeout (past it: a hang), under
-``PYTHONIOENCODING=utf-8`` (strict stdout, as on a UTF-8 desktop locale; the C locale would
-escape undecodable bytes instead). Then the curated KNOWN-BAD inputs (one per bad-input class
-named in the issue), every one of which must be rejected with one line (exit 0 = silently
-accepted). Results go to benchmarks/results/fuzz_inputs.md.
+simulate / compare / trace / wan / topology, the run directory ``emulator report`` reads, the
+command lines of ``emulator run / compare / calibrate / check``) is mutated ``--examples`` times;
+each input runs as ``python -m spiderflow ...`` (the emulator's: ``emulator.console.main`` with
+``os.geteuid`` answering 65534, so a valid command line stops at the root check) in a scratch
+directory with a per-run timeout (past it: a hang), under ``PYTHONIOENCODING=utf-8`` (strict
+stdout, as on a UTF-8 desktop locale; the C locale would escape undecodable bytes instead). Then
+the curated KNOWN-BAD inputs (one per bad-input class named in the issue), every one of which must
+be rejected with one line (exit 0 = silently accepted). Results go to
+benchmarks/results/fuzz_inputs.md.
 
     .venv/bin/python benchmarks/fuzz_inputs.py [--examples 100] [--workers 2] [--out FILE]
     .venv/bin/python benchmarks/fuzz_inputs.py --replay trace-ours:17 --dir /tmp/case   # write one input out
@@ -143,8 +145,9 @@ def report(rows: list[dict], known: list[dict], valid: list[dict], args, elapsed
            f"Command: `.venv/bin/python benchmarks/fuzz_inputs.py --examples {args.examples} --seed {args.seed} "
            f"--timeout {args.timeout:g}`", "",
            "Each input is a valid one from the repo, mutated (tests/fuzzkit/mutate.py), run as "
-           "`python -m spiderflow ...` (family emulator-report: `python -m emulator report ...`) with "
-           "`PYTHONIOENCODING=utf-8` and a "
+           "`python -m spiderflow ...` (families emulator-report and cli-emulator: the emulator's CLI, "
+           "with os.geteuid answering 65534 so that a valid command line stops at the root check, which "
+           "counts as accepted) with `PYTHONIOENCODING=utf-8` and a "
            f"{args.timeout:g} s timeout (past it: a hang). Accepted = exit 0 with sane output (strict JSON, "
            "finite non-negative times, every job accounted for, the file's values loaded as written; a report "
            "whose MAPE counts every plan with status ok); "
@@ -195,6 +198,8 @@ def replay(spec: tuple[str, int], seed: int, where: Path) -> None:
     print(f"wrote {case.family} input {family}:{index} ({case.label}) into {where}")
     if case.argv is not None:
         print("cd", where, "&&", PYTHON, "-m", case.program, " ".join(repr(a) for a in case.argv))
+        if case.program == "emulator" and case.argv[:1] != ["report"]:
+            print("(run it as a user without root: it stops at the root check; as root it builds the network)")
     else:
         print("loader:", case.loader)
 
