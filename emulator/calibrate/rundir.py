@@ -5,8 +5,9 @@ timelines/*.json (each optional) and checks every record against the formats
 of docs/calibration.md before the report computes anything from them: a value
 of the wrong type or out of range is one EmulatorError line naming the file,
 the line (JSON-lines files), the field and the fix, never a traceback from
-deep in the fits or figures and never a record silently left out of a fit or
-of the MAPE. Unknown keys are kept (for the record) and not checked.
+deep in the fits or figures and never a malformed record quietly left out of a
+fit (as a size "x" was) or of the MAPE. Unknown keys are kept (for the record)
+and not checked.
 """
 
 from __future__ import annotations
