@@ -335,7 +335,18 @@ def _cli_emulator(*, subprocess_safe: bool) -> Callable[[random.Random], Case]:
               else EMULATOR_VALUES)
 
     def make(rng: random.Random) -> Case:
-        argv = mutate_argv(rng, rng.choice(EMULATOR_BASES), values, generic, keep=KEEP)
+        base, draw = list(rng.choice(EMULATOR_BASES)), rng.random()
+        if draw < 0.25:  # the topology, as the emulator reads it: with clusters pinned to servers
+            seed = rng.choice([TOPO, PINNED_TOPO])
+            base[base.index("--topology") + 1] = "in/topo.yaml"
+            base += ["--servers", "alpha,beta"] if seed is PINNED_TOPO and rng.random() < 0.5 else []
+            return Case("cli-emulator", "mutated topology", base, {"in/topo.yaml": mutate_yaml(rng, seed.encode())},
+                        program="emulator")
+        if draw < 0.4 and "--trace" in base:
+            base[base.index("--trace") + 1] = "in/trace.csv"
+            return Case("cli-emulator", "mutated trace", base,
+                        {"in/trace.csv": mutate_csv(rng, seed_bytes("traces/default.csv"))}, program="emulator")
+        argv = mutate_argv(rng, base, values, generic, keep=KEEP)
         return Case("cli-emulator", "mutated command line", argv, program="emulator")
     return make
 
@@ -354,6 +365,7 @@ def families(*, subprocess_safe: bool = False) -> dict[str, Callable[[random.Ran
 TOPO = seed_bytes("topologies/default.yaml").decode()
 CAL = seed_bytes("cal/calibration-default.json").decode()
 HEADER = "job_id,arrival_s,model,gpus,iterations,global_batch,seq_len\n"
+PINNED_TOPO = TOPO.replace("name: oregon,", "name: oregon, server: alpha,", 1)  # emulator/net/servers.py
 
 
 def _topo_case(name: str, text: str | bytes) -> Case:
@@ -473,6 +485,9 @@ def valid_cases() -> list[Case]:
     cases.append(Case("emulator-report", "valid calib/ (tests/emulator/data/calib_small)", ["report", "calib"],
                       program="emulator"))
     cases += [Case("cli-emulator", "valid " + " ".join(argv), argv, program="emulator") for argv in EMULATOR_BASES]
+    cases.append(Case("cli-emulator", "valid emulator check of a topology pinning a cluster to a server",
+                      ["check", "--topology", "in/topo.yaml", "--servers", "alpha,beta", "--dilation", "2"],
+                      {"in/topo.yaml": PINNED_TOPO.encode()}, program="emulator"))
     # a file name that is not UTF-8 (bytes 0xff on the command line) is a valid name to write
     cases += [Case("cli-topology", "valid topology generate --out to a non-UTF-8 file name",
                    ["topology", "generate", "--clusters", "3", "--out", "out/\udcff.yaml"]),
