@@ -23,6 +23,7 @@ from emulator.calibrate.fit import (algbw_gbps, bus_factor, busbw_gbps, fit_comp
 from emulator.calibrate.rundir import Run, load_run
 from emulator.net.hoststeal import noticeable, stolen_sentence
 from spiderflow.costmodel.network import GBPS
+from spiderflow.errors import EmulatorError
 
 KIND_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "S": "#55A868"}
 KIND_NAMES = {"F": "forward", "B": "backward", "S": "gradient sync"}
@@ -236,7 +237,7 @@ def _timeline_section(run: Run, figures: Path) -> list[str]:
             f"![measured vs predicted schedule of plan {plan_id}](figures/timeline.png)", ""]
 
 
-def _how_to_read(run: Run) -> list[str]:
+def _how_to_read(run: Run, out: Path) -> list[str]:
     return ["## How to read this", "",
             f"Bytes and bandwidths are real-equivalent: the emulator divided every byte count and bandwidth by "
             f"the scale factor {run.scale:g} on the wire, and times are real-equivalent seconds (wall seconds "
@@ -250,7 +251,7 @@ def _how_to_read(run: Run) -> list[str]:
             "Plan errors are (predicted - measured) / measured; the MAPE counts plans with status ok. "
             "Method and formats: docs/calibration.md.", "",
             "Regenerate this report (no root needed):", "",
-            f"    python -m emulator report {run.path}", ""]
+            f"    python -m emulator report {run.path}" + ("" if out == run.path else f" --out {out}"), ""]
 
 
 # ---- figures ---------------------------------------------------------------------------------------------
@@ -476,16 +477,27 @@ def _save(fig: Figure, path: Path) -> None:
 
 # ---- the report ------------------------------------------------------------------------------------------
 
-def write_report(run_dir: Path) -> Path:
-    """Write fits.json, figures/*.png and report.md into ``run_dir``; return report.md's path."""
+def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+    """Write fits.json, figures/*.png and report.md into ``out_dir`` (default ``run_dir``); return
+    report.md's path. A directory the file system refuses is one EmulatorError line."""
     run = load_run(Path(run_dir))
+    out = run.path if out_dir is None else Path(out_dir)
+    try:
+        return _write(run, out)
+    except OSError as exc:
+        raise EmulatorError(f"{out}: cannot write the report there ({exc.strerror or exc}); "
+                            "pass --out DIR to write it elsewhere") from None
+
+
+def _write(run: Run, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
     source = str(run.path / "microbench.jsonl")
     fits = fit_records(run.microbench, source=source)
     groups = group_records(run.microbench, source=source)
-    (run.path / "fits.json").write_text(json.dumps(
+    (out / "fits.json").write_text(json.dumps(
         {"scale": run.scale, "dilation": run.dilation, "fitted_from": "microbench.jsonl", "fits": fits,
          "gpu_efficiency": fit_compute(run.microbench)}, indent=1) + "\n")
-    figures = run.path / "figures"
+    figures = out / "figures"
     many = len({f["topology"] for f in fits}) > 1
     topologies = ", ".join(run.config.get("topologies") or []) or DASH
     lines = [f"# Calibration report: {run.path.name}", "",
@@ -508,7 +520,7 @@ def write_report(run_dir: Path) -> Path:
     lines += _compute_section(run.microbench)
     lines += _plans_section(run.plans, figures)
     lines += _timeline_section(run, figures)
-    lines += _how_to_read(run)
-    path = run.path / "report.md"
+    lines += _how_to_read(run, out)
+    path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

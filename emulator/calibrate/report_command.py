@@ -2,8 +2,9 @@
 
 No root and no network: it reads what ``emulator calibrate`` wrote (format in
 docs/calibration.md), re-fits the microbenchmarks, writes ``fits.json``,
-``figures/*.png`` (and ``.pdf``) and ``report.md`` into RUN_DIR, and prints the report's
-path and its MAPE line. matplotlib is imported only when this runs.
+``figures/*.png`` (and ``.pdf``) and ``report.md`` into RUN_DIR (or ``--out DIR``: a run
+directory that ``sudo emulator calibrate`` made is root's, and a user may not write there), and
+prints the report's path and its MAPE line. matplotlib is imported only when this runs.
 """
 
 from __future__ import annotations
@@ -11,17 +12,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from spiderflow.cliutil import output_dir
+
 HELP = "write report.md and figures from an `emulator calibrate` run directory (no root needed)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="directory written by `emulator calibrate`")
+    parser.add_argument("--out", type=output_dir, metavar="DIR",
+                        help="write fits.json, figures/ and report.md here (made if missing; default RUN_DIR)")
 
 
 def main(args: argparse.Namespace) -> int:
     from emulator.calibrate.report import mape_summary, write_report
 
-    path = write_report(Path(args.run_dir))
+    path = write_report(Path(args.run_dir), None if args.out is None else Path(args.out))
     print(path)
     print(mape_summary(Path(args.run_dir)))
     return 0

@@ -6,9 +6,13 @@ failed) and the timeline of the pipeline plan d1.
 """
 
 import json
+import os
 import re
 import shutil
 import struct
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -126,11 +130,40 @@ def test_figures_exist_are_pngs_of_a_readable_size_and_are_linked(report):
 
 
 def test_cli_prints_the_report_path_and_the_mape_line(tmp_path, capsys):
-    run = copy_run(tmp_path)
-    assert cli.main(["report", str(run)]) == 0
+    """With --out the report goes there and the run directory is left as calibrate wrote it."""
+    run, elsewhere = copy_run(tmp_path), tmp_path / "elsewhere" / "report"
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    assert cli.main(["report", str(run), "--out", str(elsewhere)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == str(run / "report.md") and MAPE.match(out[1])
-    assert out[1] in (run / "report.md").read_text().splitlines()
+    assert out[0] == str(elsewhere / "report.md") and MAPE.match(out[1])
+    text = (elsewhere / "report.md").read_text()
+    assert out[1] in text.splitlines() and f"python -m emulator report {run} --out {elsewhere}" in text
+    assert (elsewhere / "fits.json").is_file() and (elsewhere / "figures" / "timeline.png").is_file()
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+
+
+def test_a_run_directory_the_user_may_not_write_is_one_line():
+    """`sudo emulator calibrate` makes a directory of root's; `emulator report` (no root) on it said
+    PermissionError in a traceback. Run as nobody (setpriv) when the tests run as root."""
+    argv = [sys.executable, "-m", "emulator", "report"]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("setpriv is needed to drop root")
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+    parent = Path(tempfile.mkdtemp(prefix="spiderflow-report-test-"))  # not under root's 0700 pytest dir
+    try:
+        parent.chmod(0o755)
+        run = copy_run(parent)
+        run.chmod(0o555)
+        done = subprocess.run([*argv, str(run)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "HOME": "/tmp"})
+        assert done.returncode == 2 and done.stderr == (
+            f"error: {run}: cannot write the report there (Permission denied); pass --out DIR to write it "
+            "elsewhere\n"), done.stderr
+        assert not (run / "fits.json").exists()
+    finally:
+        (parent / "run").chmod(0o755)
+        shutil.rmtree(parent)
 
 
 def test_missing_config_is_one_line_and_exit_2(tmp_path, capsys):
