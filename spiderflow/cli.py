@@ -44,7 +44,8 @@ def add_plan(sub) -> None:
                    help="comma-separated clusters to use, in pipeline order")
     p.add_argument("--planner", default=DEFAULT_PLANNER, choices=list(PLANNERS),
                    help="placement strategy (default %(default)s)")
-    p.add_argument("--calibration", type=input_file, help="calibration JSON from `emulator calibrate` (default: none)")
+    p.add_argument("--calibration", type=input_file,
+                   help="calibration JSON from `emulator calibrate` (default: none)")
     p.add_argument("--calibration-any-topology", action="store_true",
                    help="apply --calibration although it records another topology than --topology")
     p.add_argument("--seed", type=seed_arg, default=0, help=f"0..{MAX_SEED} (default %(default)s)")

@@ -41,8 +41,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="skip (and count) rows that do not parse instead of stopping at the first")
     p.add_argument("--jobs", type=int_in(1, MAX_TRACE_JOBS), help="replay only the first N jobs of the trace")
     p.add_argument("--charge-overhead", action="store_true", help="add scheduling overhead to the start delay")
-    p.add_argument("--calibration", type=input_file, help="calibration JSON from `emulator calibrate` (default: none, the "
-                                         "topology's figures as given)")
+    p.add_argument("--calibration", type=input_file,
+                   help="calibration JSON from `emulator calibrate` (default: none, the topology's figures as given)")
     p.add_argument("--calibration-any-topology", action="store_true",
                    help="apply --calibration although it records another topology than --topology")
     add_scheduler_arguments(p)
