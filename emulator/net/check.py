@@ -27,6 +27,7 @@ from emulator.net.layout import MAX_HOSTS, MECHANISMS, NetConfig
 from emulator.net.step import APPLY_MS, SETTLE_REL, WINDOW_S, Step, step_test
 from emulator.net.tolerance import BANDWIDTH_REL, DELAY_ABS_MS, FAIL, NO_VERDICT, OK, Assessment, assess, worst
 from spiderflow.errors import ConfigError
+from spiderflow.shipped import exists
 from spiderflow.topology import Topology
 from spiderflow.wan.events import resolve_link
 from spiderflow.cliutil import dumps, float_in, int_in
@@ -92,21 +93,13 @@ def network_config(args: argparse.Namespace, dilation: float | None = None) -> N
                      intra_cap_mbps=args.intra_cap_mbps, delay=args.delay, dilation=k)
 
 
-def _exists(path: Path) -> bool:
-    """``path.exists()``, False where the name itself is refused (too long, a NUL byte): the loader
-    then says so in one line."""
-    try:
-        return path.exists()
-    except (OSError, ValueError):
-        return False
-
-
 def resolve_topology(path: str) -> str:
-    """``path`` as given, or relative to the repository when run from elsewhere."""
-    if _exists(Path(path)) or Path(path).is_absolute():
+    """``path`` as given, or relative to the repository when run from elsewhere (a name the OS
+    refuses, too long or with a NUL byte, comes back as given: the loader says so in one line)."""
+    if exists(path) or Path(path).is_absolute():
         return path
     repo = Path(__file__).resolve().parents[2] / path
-    return str(repo) if _exists(repo) else path
+    return str(repo) if exists(repo) else path
 
 
 # Check has no ranks: what auto guards against (per-op costs of many ranks) is not there, and the
