@@ -216,6 +216,14 @@ def input_file(text: str) -> str:
     return text
 
 
+def input_dir(text: str) -> str:
+    """argparse type of a directory to read (``emulator report RUN_DIR``): not empty, and a name the
+    OS takes (not too long); what it holds is the reader's to check."""
+    if not text:
+        raise argparse.ArgumentTypeError("must be a directory path (got '')")
+    return _path_checked(lambda t: Path(t).exists(), text)
+
+
 def output_dir(text: str) -> str:
     """argparse type: a directory that exists or can be made (its nearest existing ancestor is a
     writable directory)."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spiderflow.cliutil import output_dir
+from spiderflow.cliutil import input_dir, output_dir
 
 HELP = "write report.md and figures from an `emulator calibrate` run directory (no root needed)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="directory written by `emulator calibrate`")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=input_dir, help="directory written by `emulator calibrate`")
     parser.add_argument("--out", type=output_dir, metavar="DIR",
                         help="write fits.json, figures/ and report.md here (made if missing; default RUN_DIR)")
 

@@ -27,13 +27,14 @@ from pathlib import Path
 from emulator.net.agent import REMOTE_PREFIX, finish
 from emulator.net.capability import require_root
 from emulator.net.state import StateStore, remove_leftovers
+from spiderflow.cliutil import output_dir
 from spiderflow.errors import EmulatorError
 
 HELP = "remove what a crashed emulation left (namespaces, links, daemons), using its state file"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state-dir", help="where the state file is (default /run/spiderflow)")
+    parser.add_argument("--state-dir", type=output_dir, help="where the state file is (default /run/spiderflow)")
     parser.add_argument("--remote-parts", action="store_true",
                         help="only the parts that emulations run from other servers left here (remote-*)")
 

@@ -462,6 +462,10 @@ def known_bad() -> list[Case]:
              program="emulator"),
         Case("cli-emulator", "emulator calibrate --topology with a 300-character file name (a traceback before "
              "2026-11-29)", ["calibrate", "--topology", "x" * 300, "--dilation", "2"], program="emulator"),
+        Case("emulator-report", "emulator report with a 300-character RUN_DIR (a traceback before 2026-11-29)",
+             ["report", "x" * 300], program="emulator"),
+        Case("cli-emulator", "emulator clean --state-dir with a 300-character name (as root: a traceback before "
+             "2026-11-29)", ["clean", "--state-dir", "x" * 300], program="emulator"),
     ]
 
 
