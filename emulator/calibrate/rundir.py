@@ -19,6 +19,7 @@ from typing import Any, Callable
 from emulator.calibrate.fit import OPS, read_numbered_jsonl
 from spiderflow.errors import ConfigError, EmulatorError
 from spiderflow.inputs import finite, load_json, read_text
+from spiderflow.traces.common import shown
 
 SCOPES = ("wan", "intra", "pair", "cross")
 OP_KINDS = ("F", "B", "S")
@@ -56,10 +57,8 @@ class _Where:
         self.path, self.fix, self.line = path, fix, line
 
     def refuse(self, field: str, must: str, value: Any = None, *, got: bool = True) -> EmulatorError:
-        text = repr(value)
-        text = text if len(text) <= GOT_CHARS else text[:GOT_CHARS - 3] + "..."
         where = f"{self.path}" + ("" if self.line is None else f": line {self.line}")
-        return EmulatorError(f"{where}: {field} must be {must}" + (f" (got {text})" if got else "")
+        return EmulatorError(f"{where}: {field} must be {must}" + (f" (got {shown(value, GOT_CHARS)})" if got else "")
                              + f"; {self.fix}")
 
 
