@@ -1,17 +1,18 @@
 """Bad input never gives a traceback, a hang or a silently wrong result (issue 16), checked by
 mutation: every input family starts from a valid input of the repo (topologies, traces, public
-trace samples, calibration files, calibration run directories, command lines) and is spoilt by tests/fuzzkit/mutate.py
-(byte flips, non-UTF-8 bytes, truncation, repeated keys and lines, numbers replaced by huge,
-negative, nan, inf, 1e400 or 400-digit ones, strings by lists or mappings, deep nesting, YAML
-alias bombs, oversize CSV fields, columns removed or added, option values replaced by bad ones).
+trace samples, calibration files, calibration run directories, command lines) and is spoilt by
+tests/fuzzkit/mutate.py (byte flips, non-UTF-8 bytes, truncation, repeated keys and lines, numbers
+replaced by huge, negative, nan, inf, 1e400 or 400-digit ones, strings by lists or mappings, deep
+nesting, YAML alias bombs, oversize CSV fields, columns removed or added, option values replaced by
+bad ones).
 
 Each mutated input goes through the real entry point in-process (the loader, then
 ``spiderflow.cli.main`` when the loader accepts it; a calibration run directory through
 ``emulator.console.main report``; the emulator's other commands with ``os.geteuid`` answering
-nobody's uid, so valid input ends at their root check and counts as accepted), and must either be accepted with sane
-output (strict JSON, every time finite and non-negative, every job of the trace accounted for,
-every value as the file wrote it) or be rejected with one short line (tests/fuzzkit/judge.py).
-The longer run through subprocesses is benchmarks/fuzz_inputs.py.
+nobody's uid, so valid input ends at their root check and counts as accepted), and must either be
+accepted with sane output (strict JSON, every time finite and non-negative, every job of the trace
+accounted for, every value as the file wrote it) or be rejected with one short line
+(tests/fuzzkit/judge.py). The longer run through subprocesses is benchmarks/fuzz_inputs.py.
 """
 
 from __future__ import annotations

@@ -318,9 +318,17 @@ EMULATOR_VALUES: dict[str, list[str]] = {
 }
 
 
+def _argument_pools(values: dict[str, list[str]], *, subprocess_safe: bool) -> tuple[dict[str, list[str]], list[str]]:
+    """(per-option bad values, generic bad values) for mutate_argv; ``subprocess_safe``: without the
+    NUL byte an operating system cannot pass in an argument."""
+    if not subprocess_safe:
+        return values, GENERIC
+    return ({k: [v for v in vs if "\x00" not in v] for k, vs in values.items()},
+            [g for g in GENERIC if "\x00" not in g])
+
+
 def _cli_family(name: str, *, subprocess_safe: bool) -> Callable[[random.Random], Case]:
-    generic = [g for g in GENERIC if "\x00" not in g] if subprocess_safe else GENERIC
-    values = {k: [v for v in vs if "\x00" not in v] if subprocess_safe else vs for k, vs in BAD_VALUES.items()}
+    values, generic = _argument_pools(BAD_VALUES, subprocess_safe=subprocess_safe)
 
     def make(rng: random.Random) -> Case:
         base = rng.choice(CLI_BASES[name])
@@ -330,9 +338,7 @@ def _cli_family(name: str, *, subprocess_safe: bool) -> Callable[[random.Random]
 
 
 def _cli_emulator(*, subprocess_safe: bool) -> Callable[[random.Random], Case]:
-    generic = [g for g in GENERIC if "\x00" not in g] if subprocess_safe else GENERIC
-    values = ({k: [v for v in vs if "\x00" not in v] for k, vs in EMULATOR_VALUES.items()} if subprocess_safe
-              else EMULATOR_VALUES)
+    values, generic = _argument_pools(EMULATOR_VALUES, subprocess_safe=subprocess_safe)
 
     def make(rng: random.Random) -> Case:
         base, draw = list(rng.choice(EMULATOR_BASES)), rng.random()
