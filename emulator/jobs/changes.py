@@ -27,11 +27,13 @@ real ranks:
   :data:`~spiderflow.simulate.changes.REPLAN_THRESHOLD` times its prediction
   when it was (re)placed, or when a down link is back up or withdrawn GPUs
   came back and it was (re)placed while the network was impaired (a link down
-  or GPUs withdrawn). It **moves** when the time that saves on the iterations
-  it has left (counted from its ranks' lines) exceeds the restart cost: its
-  ranks are ended, and its new ranks start on the new placement after the
-  restart cost, as a stopped job's do. The simulator does the same, hosts
-  counted (the simulated replay of ``emulator compare``).
+  or GPUs withdrawn); a job whose ranks wait out a restart cost is planned
+  again too. It **moves** when the time that saves on the iterations it has
+  left (counted from its ranks' lines) exceeds what the move delays them by
+  (``move_cost_s``: one still paying a restart cost keeps the checkpoint it is
+  saving): its ranks, if started, are ended, and its new ranks start on the
+  new placement after that cost, as a stopped job's do. The simulator does the
+  same, hosts counted (the simulated replay of ``emulator compare``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from collections.abc import Sequence
 
 from spiderflow.scheduling import crosses
 from spiderflow.plan import placement_text
-from spiderflow.simulate.changes import REPLAN_THRESHOLD, REPLANNING, CapacityPool, restart_cost_s
+from spiderflow.simulate.changes import REPLAN_THRESHOLD, REPLANNING, CapacityPool, move_cost_s, restart_cost_s
 from spiderflow.simulate.flows import plan_routes
 from spiderflow.wan import CapacityEvent
 
@@ -101,8 +103,8 @@ class ReplayChanges:
         lifted, self.lifted = self.lifted, []
         if not (wan or lifted) or not r.cfg.replan or r.sched.cfg.planner_name not in REPLANNING:
             return
-        # a job paying its restart cost is not iterating yet
-        for j in [j for j in r.sched.running if j.pending is None and j.placed_s is not None]:
+        # a job paying its restart cost (ranks waiting) is planned again too, as one starting up is
+        for j in [j for j in r.sched.running if j.placed_s is not None]:
             if wan and j.predicted_after_s is not None and j.predicted_after_s > REPLAN_THRESHOLD * j.placed_s:
                 self._move_if_it_pays(j, j.predicted_after_s, (
                     f"the change made it {j.predicted_after_s / j.placed_s:.2f}x slower "
@@ -114,21 +116,27 @@ class ReplayChanges:
 
     def _move_if_it_pays(self, j, now_s: float, why: str) -> None:
         """Plan running ``j`` again; move it when the time the new plan saves over the iterations it has
-        left (at ``now_s`` an iteration where it is) exceeds the restart cost."""
+        left (at ``now_s`` an iteration where it is) exceeds what the move delays its next iteration by:
+        the restart cost (:func:`~spiderflow.simulate.changes.move_cost_s`), less what it still had to
+        wait of one it is paying."""
         r = self.runner
         found = r.sched.replan(j)
         if found is None or found[0].plan.placement == j.placement:
             return
         placement = found[0]
         new_s = r.predict_on(placement.plan, j)
-        cost = restart_cost_s(j.job)
+        waiting = max(0.0, j.launch_at - r.now()) if j.pending is not None else 0.0
+        cost = move_cost_s(j.job, waiting_s=waiting)
         left = r.iterations_left(j)
         saved = left * (now_s - new_s)
-        if saved <= cost:
+        if saved <= cost - waiting:
             return  # the move would not pay for itself
+        than = (f"the restart cost ({cost:.1f} s)" if not waiting else
+                f"the {cost - waiting:.1f} s it adds to the restart cost it is paying (its ranks start "
+                f"{cost:.1f} s from now, not {waiting:.1f} s)")
         r.move(j, placement, cost, why=(
             f"{why}; on {placement_text(placement.segments)} {new_s:.3f} s/iteration saves {saved:.1f} s "
-            f"over its {left} iterations left, more than the restart cost ({cost:.1f} s)"))
+            f"over its {left} iterations left, more than {than}"))
 
     def due(self, now: float) -> None:
         """Apply the capacity steps due by ``now`` (the replay's clock)."""

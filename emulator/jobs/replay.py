@@ -452,6 +452,8 @@ class Runner:
             self._collect(j)
             self._measure(j)
             j.done_before += j.iterations_done
+        else:  # its ranks were waiting out a restart cost: the launch lost_s counted will not come
+            j.lost_s -= max(0.0, j.launch_at - self.now())
 
     def _next_attempt(self, j: JobRun, restart_s: float) -> None:
         """``j``'s next ranks, not yet placed or launched, start after ``restart_s`` from now."""

@@ -18,8 +18,10 @@ Semantics in full: docs/wan-events.md. In short:
   (re)placed is planned again on its GPUs plus the free ones; so is, once a down link is back up or
   withdrawn GPUs come back (and the queued jobs have had their pass), a running job that was
   (re)placed while the network was impaired (a link down or GPUs withdrawn). Either moves when the
-  time that saves on its remaining iterations exceeds the restart cost. A job still starting up is
-  planned again too (the emulator's rule: its ranks are launching); one paying its restart cost is not.
+  time that saves on its remaining iterations exceeds what the move delays its next iteration by:
+  the restart cost (:func:`move_cost_s`). A job still starting up or paying a restart cost is
+  planned again too (the emulator's rule: its ranks are launching or waiting); the latter keeps
+  the checkpoint it is saving.
 """
 
 from __future__ import annotations
@@ -73,6 +75,19 @@ def restart_cost_s(job: Job, *, notice_s: float = 0.0, save_gbps: float = CHECKP
     nbytes = checkpoint_bytes(job)
     save_s = nbytes / (save_gbps * GBPS)
     return max(0.0, save_s - notice_s) + nbytes / (load_gbps * GBPS)
+
+
+def move_cost_s(job: Job, *, waiting_s: float = 0.0, save_gbps: float = CHECKPOINT_SAVE_GBPS,
+                load_gbps: float = CHECKPOINT_LOAD_GBPS) -> float:
+    """Seconds a job that SpinSearch moves needs before its first iteration on the new placement.
+    One iterating (``waiting_s`` 0) pays the whole :func:`restart_cost_s`. One still paying a restart
+    cost, ``waiting_s`` of it left, has trained nothing since its checkpoint: it pays what is left of
+    the save (a restart cost is the save, then the load) and a whole load at the new placement.
+    Its move delays its first iteration by this less ``waiting_s``."""
+    if waiting_s <= 0.0:
+        return restart_cost_s(job, save_gbps=save_gbps, load_gbps=load_gbps)
+    load_s = checkpoint_bytes(job) / (load_gbps * GBPS)
+    return max(0.0, waiting_s - load_s) + load_s
 
 
 class NetworkState:
@@ -241,8 +256,8 @@ class Changes:
             return False
         moved = False
         for rec in list(sim.running):
-            if rec.iteration_s is None or rec.placed_iteration_s is None or now < rec.restart_until_s:
-                continue  # not priced yet, or paying its restart cost (a job starting up is planned again)
+            if rec.iteration_s is None or rec.placed_iteration_s is None:
+                continue  # not priced yet
             slowed = kind == WAN and rec.iteration_s > cfg.replan_threshold * rec.placed_iteration_s
             if not (slowed or (lifted and rec.placed_impaired)):
                 continue
@@ -250,8 +265,10 @@ class Changes:
             if found is None or found[0].plan.placement == rec.placement:
                 continue
             placement, iteration_s = found
-            cost = self.restart_s(rec.job)
-            if rec.remaining * (rec.iteration_s - iteration_s) <= cost:
+            waiting = max(0.0, rec.restart_until_s - now)  # of a restart cost it is paying
+            cost = move_cost_s(rec.job, waiting_s=waiting, save_gbps=cfg.checkpoint_save_gbps,
+                               load_gbps=cfg.checkpoint_load_gbps)
+            if rec.remaining * (rec.iteration_s - iteration_s) <= cost - waiting:
                 continue  # the move would not pay for itself
             sched.move(rec, placement)
             sim.moved(rec, now, cost)

@@ -75,7 +75,7 @@ class SimRecord(JobRecord):
     lost_s: float = 0.0  # sum over its stops of (iterations resumed - stopped): queue, restart cost, start-up
     stopped_s: float | None = None  # when a change stopped it (until it starts again)
     restart_s: float = 0.0  # the restart cost it pays at its next start
-    restart_until_s: float = 0.0  # when the restart cost of its latest start is paid (re-planning skips it until)
+    restart_until_s: float = 0.0  # when the restart cost of its latest start is paid (the cost of a move before)
     placed_iteration_s: float | None = None  # its iteration time when (re)placed (re-planning threshold)
 
 
@@ -319,6 +319,7 @@ class Simulation:
         self.sched.release(rec)
         if rec.token is not None:
             self.events.cancel(rec.token)
+        self._resume_cancelled(rec, now)
         self.flows_changed |= bool(rec.routes)
         rec.status, rec.stopped_s, rec.restart_s = "queued", now, restart_s
         rec.token = rec.iteration_s = rec.expected_end_s = None
@@ -330,10 +331,19 @@ class Simulation:
         """``rec`` was moved to a new plan (Scheduler.move) at ``now``: it restarts there."""
         if rec.token is not None:
             self.events.cancel(rec.token)
+        self._resume_cancelled(rec, now)
         self.flows_changed = True
         rec.stopped_s, rec.restart_s, rec.token = now, restart_s, None
         rec.shares, rec.shared_estimates = (), {}
         self._start(rec, now)
+
+    @staticmethod
+    def _resume_cancelled(rec: SimRecord, now: float) -> None:
+        """``rec`` is stopped or moved at ``now``: if that is before the first iteration of its latest
+        restart, the resume its ``lost_s`` counted (at its placement) does not come; only the time up to
+        now is lost to that stop (the next placement counts from now)."""
+        if rec.replanned and now < rec.updated_s:
+            rec.lost_s -= rec.updated_s - now
 
 
 FULL_COLLECTION_EVERY = 1_000  # collections of the middle generation between full ones, at most

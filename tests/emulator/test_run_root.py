@@ -490,6 +490,30 @@ def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_retur
 
 
 @pytest.mark.root
+def test_a_job_paying_its_restart_cost_when_the_gpus_return_is_moved_back(inputs, state_dir, assert_no_leak):
+    """"wan" starts on north; north's GPUs are withdrawn at trace 5 s (0.5 s into the replay) and come
+    back at 8 s, while "wan", placed again on east + west, waits out its 2.1 s restart cost (0.7 s of
+    checkpoint save, then 1.4 s of load). SpinSearch plans it again then (it was skipped until its ranks
+    started, and the return was spent) and moves it back to north: still saving its checkpoint, it
+    loses no time by it, and its lost time is counted once."""
+    (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n5,north,16,0,8\n")
+    wan_alone = "\n".join(MOVE_TRACE.splitlines()[::2]) + "\n"  # the header and "wan"
+    done = run_on_three_clusters(inputs, wan_alone, "--capacity-events", str(inputs / "capacity.csv"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    wan, = json.loads(done.stdout)["jobs"]
+    assert wan["status"] == "ok" and wan["placement"] == {"north": 16}, (wan, done.stderr[-3000:])
+    assert "wan: started on north:16" in done.stderr and "wan: placed again on east:8, west:8" in done.stderr
+    assert re.search(r"wan: moved after \d+ of 40 iterations: placed while the network was impaired .*north's "
+                     r"GPUs are back; on north:16 .* more than the [\d.]+ s it adds to the restart cost it is "
+                     r"paying", done.stderr), done.stderr[-3000:]
+    assert wan["replanned"] == 2 and 2.0 <= wan["lost_s"] < 3.0, wan  # 2.1 s, not 2.1 s + the move's
+    ranks = inputs / "out" / "ranks"
+    assert not (ranks / "wan.1-r0.jsonl").exists()  # the ranks that waited never started
+    assert iterations_logged(ranks / "wan-r0.jsonl") + iterations_logged(ranks / "wan.2-r0.jsonl") == 40
+    assert_no_leak()
+
+
+@pytest.mark.root
 def test_withdrawn_gpus_stop_the_job_on_them_until_they_return(inputs, state_dir, assert_no_leak):
     (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n20,east,8,10,50\n")
     done = subprocess.run(run_argv(inputs, "--iterations", "12", "--capacity-events", str(inputs / "capacity.csv")),

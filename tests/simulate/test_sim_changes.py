@@ -7,7 +7,7 @@ import pytest
 
 from spiderflow.costmodel import TopologyView, estimate
 from spiderflow.scheduling import Scheduler, SchedulerConfig, records
-from spiderflow.simulate.changes import restart_cost_s
+from spiderflow.simulate.changes import checkpoint_bytes, restart_cost_s
 from spiderflow.simulate.engine import SimConfig, simulate
 from spiderflow.simulate.metrics import job_rows, summarise
 from spiderflow.topology import parse_topology
@@ -95,6 +95,21 @@ def test_outage_without_route_stops_the_job_until_it_can_be_placed_again():
     summary = summarise([rec], topo.total_gpus, changes=True)
     assert (summary["replanned"], summary["lost_s"]) == (1, pytest.approx(U + cost - T))
     assert job_rows([rec], changes=True)[0]["replanned"] == 1
+
+
+def test_a_job_stopped_again_while_it_pays_its_restart_cost_loses_the_time_to_its_one_resume():
+    """As above, and the link goes down again at U + 5 s, within the restart cost, and is up at V:
+    the job resumes at V + cost, and lost_s is that less T (the first restart's resume never came)."""
+    topo = two_sites()
+    (base,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind"))
+    t1 = alone(base, topo)
+    T, U = 50 * t1, 200 * t1
+    V = U + 40.0
+    events = tuple(wan(t, "a", "b", up=up) for t, up in ((T, False), (U, True), (U + 5.0, False), (V, True)))
+    (rec,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind", wan_events=events))
+    cost = restart_cost_s(rec.job)
+    assert rec.end_s == pytest.approx(V + cost + 50 * t1)
+    assert (rec.replanned, rec.lost_s) == (2, pytest.approx(V + cost - T))
 
 
 def test_capacity_withdrawal_moves_the_job_after_its_notice():
@@ -241,6 +256,31 @@ def test_a_job_still_starting_up_when_the_gpus_return_is_planned_again_as_the_em
     assert on.placement == {"c": 16} and on.replanned == 1
     cost = restart_cost_s(on.job)
     assert on.end_s == pytest.approx(R + cost + startup + 400 * alone(on, topo)) and on.end_s < off.end_s
+
+
+@pytest.mark.parametrize("back_after", [5.0, 10.0])
+def test_a_job_paying_its_restart_cost_when_the_gpus_return_is_planned_again(back_after):
+    """j1 (16 GPUs) runs on c; c's GPUs are withdrawn at T and come back ``back_after`` later, while
+    j1, placed again across a-b, still pays its restart cost (7.3 s of checkpoint save, then 14.6 s of
+    load). SpinSearch plans it again then (it was skipped until it iterated, and the return was spent)
+    and moves it back to c. It keeps the checkpoint it is saving: moved within the save (5 s) the move
+    costs it nothing; within the load (10 s) it costs the 2.7 s of load already done."""
+    topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
+    jobs = [job(1, 16, iterations=400, arrival=1.0)]
+    T = 10.0
+    ev = CapacityEvent(time_s=T, cluster="c", gpus=16, notice_s=0.0, return_s=T + back_after)
+    cfg = SimConfig(planner="spinsearch", wait=False, capacity_events=(ev,))
+    (on,) = simulate(topo, jobs, cfg)
+    (off,) = simulate(topo, jobs, dataclasses.replace(cfg, replan=False))
+    assert off.placement == {"a": 8, "b": 8} and off.replanned == 1 and off.placed_impaired
+    left = 400 - (T - 1.0) / alone(on, topo)
+    save_s, load_s = checkpoint_bytes(on.job) / 2.5e9, checkpoint_bytes(on.job) / 1.25e9  # 20 and 10 Gbit/s
+    cost = restart_cost_s(on.job)
+    assert cost == pytest.approx(save_s + load_s) and save_s == pytest.approx(7.3, abs=0.05)
+    resumed = T + max(cost, back_after + cost - save_s)  # when its iterations resume on c
+    assert on.placement == {"c": 16} and on.replanned == 2 and not on.placed_impaired
+    assert on.end_s == pytest.approx(resumed + left * alone(on, topo)) and on.end_s < off.end_s
+    assert on.lost_s == pytest.approx(resumed - T)  # from the stop to the resume, counted once
 
 
 def test_the_gpus_a_move_frees_go_to_the_queue_at_once():
