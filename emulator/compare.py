@@ -37,6 +37,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from emulator import handback
 from emulator.jobs.launch import emulated_topology
 from emulator.jobs.replay import BASE_PORT, JobRun, RunConfig, Runner
 from emulator.jobs.startup import startup_s as job_startup_s
@@ -48,7 +49,7 @@ from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_
                           check_split, check_warmup, emulation, rank_pools, resolve_network, servers_and_topology,
                           write_results)
 from emulator.net.servers import add_server_arguments
-from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in, make_output_dir,
+from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in,
                                 name_list, output_dir)
 from spiderflow.costmodel import NO_CALIBRATION, load_calibration
 from spiderflow.costmodel.calibration import check_calibration_applies
@@ -307,7 +308,7 @@ def main(args: argparse.Namespace) -> int:
     check_split(topo, servers, assignment)
     require_root()
     StateStore().refuse_if_busy()
-    out = make_output_dir(args.out or f"runs/compare-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out = handback.make_output_dir(args.out or f"runs/compare-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     progress = lambda msg: print(f"[compare] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     what = (f"{len(jobs)} jobs of {Path(trace_path).name} on {topo.name}, {args.iterations} iterations each, "
             f"arrivals / {args.time_scale:g}, {net.hosts_per_cluster} hosts per cluster, scale {net.scale:g}, "

@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 
+from emulator import handback
 from spiderflow import __version__
 from spiderflow.cliutil import OneLineParser, run_main
 from spiderflow.errors import SpiderFlowError
@@ -61,3 +62,5 @@ def _main(argv: list[str] | None) -> int:
             raise
         print("interrupted; the network was torn down", file=sys.stderr)
         return 130
+    finally:
+        handback.hand_back()  # a sudo run's outputs go to the user who ran sudo (emulator/handback.py)

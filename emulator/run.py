@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from emulator import handback
 from emulator.net.capability import require_root
 from emulator.net.check import add_network_arguments, network_config, resolve_topology
 from emulator.net.servers import ServerSet, add_server_arguments, assign_clusters, load_topology_with_servers, \
@@ -41,7 +42,7 @@ from emulator.net.layout import NetConfig
 from emulator.jobs.pool import RankPool
 from emulator.jobs.replay import JobRun, RunConfig, Runner
 from emulator.net.state import StateStore
-from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in, make_output_dir,
+from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in,
                                 output_dir)
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, plan_work
 from spiderflow.costmodel.calibration import check_calibration_applies
@@ -238,7 +239,7 @@ def main(args: argparse.Namespace) -> int:
     check_split(topo, servers, assignment)
     require_root()
     StateStore().refuse_if_busy()  # a second run: one line, nothing written
-    out = make_output_dir(args.out or f"runs/{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out = handback.make_output_dir(args.out or f"runs/{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     progress = lambda msg: print(f"[run] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     config = {**provenance(), "topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planner": cfg.planner,
               "backfill": cfg.backfill, "seed": cfg.seed, "time_limit_s": cfg.time_limit_s,

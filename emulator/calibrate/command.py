@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from emulator import handback
 from emulator.net.capability import require_root
 from emulator.net.check import add_network_arguments, network_config, resolve_topology
 from emulator.jobs.dilation import Choice, choose_dilation, measure_op_overhead_s
@@ -37,7 +38,7 @@ from emulator.net.layout import NetConfig
 from emulator.net.servers import ServerSet, add_server_arguments
 from emulator.run import MAX_ITERATIONS, check_split, check_warmup, emulation, rank_pools, servers_of, topology_split
 from emulator.jobs.replay import RunConfig
-from spiderflow.cliutil import dumps, int_in, make_output_dir, output_dir
+from spiderflow.cliutil import dumps, int_in, output_dir
 from spiderflow.costmodel import load_calibration, plan_work
 from spiderflow.provenance import provenance
 from spiderflow.topology.load import TOPOLOGY_NAME
@@ -164,7 +165,7 @@ def main(args: argparse.Namespace) -> int:
     for topo, assignment in splits:
         check_split(topo, servers, assignment)
     require_root()
-    out = make_output_dir(args.out or f"runs/calibrate-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    out = handback.make_output_dir(args.out or f"runs/calibrate-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
     for name in ("microbench.jsonl", "plans.jsonl"):
         (out / name).unlink(missing_ok=True)
     log = lambda msg: print(f"[calibrate] {msg}", file=sys.stderr, flush=True)  # noqa: E731

@@ -3,7 +3,8 @@
 No root and no network: it reads what ``emulator calibrate`` wrote (format in
 docs/calibration.md), re-fits the microbenchmarks, writes ``fits.json``,
 ``figures/*.png`` (and ``.pdf``) and ``report.md`` into RUN_DIR (or ``--out DIR``: a run
-directory that ``sudo emulator calibrate`` made is root's, and a user may not write there), and
+directory that ``sudo emulator calibrate`` made in a place root owns stays root's, and a user may
+not write there; emulator/handback.py), and
 prints the report's path and its MAPE line. matplotlib is imported only when this runs.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from emulator import handback
 from spiderflow.cliutil import input_dir, output_dir
 
 HELP = "write report.md and figures from an `emulator calibrate` run directory (no root needed)"
@@ -26,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from emulator.calibrate.report import mape_summary, write_report
 
+    handback.remember(args.run_dir if args.out is None else args.out)  # under sudo: the user's again
     path = write_report(Path(args.run_dir), None if args.out is None else Path(args.out))
     print(path)
     print(mape_summary(Path(args.run_dir)))

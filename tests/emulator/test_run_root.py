@@ -50,7 +50,9 @@ def run_argv(tmp_path, *extra):
 
 @pytest.mark.root
 def test_two_jobs_run_and_match_their_predictions(inputs, state_dir, assert_no_leak):
-    done = subprocess.run(run_argv(inputs), cwd=REPO, capture_output=True, text=True, timeout=240)
+    os.chown(inputs, 65534, 65534)  # run by sudo from nobody, into nobody's directory: outputs go to nobody
+    env = {**os.environ, "SUDO_UID": "65534", "SUDO_GID": "65534"}
+    done = subprocess.run(run_argv(inputs), cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["scale"] == 10.0 and result["out"] == str(inputs / "out")
@@ -68,6 +70,7 @@ def test_two_jobs_run_and_match_their_predictions(inputs, state_dir, assert_no_l
     for name in ("config.json", "jobs.csv", "summary.md", "ranks.jsonl"):
         assert (out / name).stat().st_size > 0, name
     assert len((out / "jobs.csv").read_text().splitlines()) == 3
+    assert {p.lstat().st_uid for p in [out, *out.rglob("*")]} == {65534}, "a sudo run's outputs are the user's"
     assert_no_leak()
 
 
