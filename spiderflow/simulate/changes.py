@@ -79,8 +79,9 @@ def restart_cost_s(job: Job, *, notice_s: float = 0.0, save_gbps: float = CHECKP
 
 def move_cost_s(job: Job, *, waiting_s: float = 0.0, save_gbps: float = CHECKPOINT_SAVE_GBPS,
                 load_gbps: float = CHECKPOINT_LOAD_GBPS) -> float:
-    """Seconds a job that SpinSearch moves needs before its first iteration on the new placement.
-    One iterating (``waiting_s`` 0) pays the whole :func:`restart_cost_s`. One still paying a restart
+    """Seconds a job that SpinSearch moves needs before its first iteration on the new placement
+    (start-up aside, which it pays again either way). One not paying a restart cost (``waiting_s``
+    0: iterating, or starting up) pays the whole :func:`restart_cost_s`. One still paying a restart
     cost, ``waiting_s`` of it left, has trained nothing since its checkpoint: it pays what is left of
     the save (a restart cost is the save, then the load) and a whole load at the new placement.
     Its move delays its first iteration by this less ``waiting_s``."""
