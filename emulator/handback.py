@@ -82,8 +82,6 @@ def hand_back() -> list[Path]:
         for top, dirs, files in os.walk(out.path):  # does not descend into linked directories
             for name in dirs + files:
                 _chown(Path(top, name), user, changed)
-        if not out.made:
-            _chown(out.path, user, changed)
     return changed
 
 

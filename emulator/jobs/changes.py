@@ -133,7 +133,7 @@ class ReplayChanges:
             return  # the move would not pay for itself
         than = (f"the restart cost ({cost:.1f} s)" if not waiting else
                 f"the {cost - waiting:.1f} s it adds to the restart cost it is paying (its ranks start "
-                f"{cost:.1f} s from now, not {waiting:.1f} s)")
+                f"{cost:.1f} s from now; they would have in {waiting:.1f} s)")
         r.move(j, placement, cost, why=(
             f"{why}; on {placement_text(placement.segments)} {new_s:.3f} s/iteration saves {saved:.1f} s "
             f"over its {left} iterations left, more than {than}"))

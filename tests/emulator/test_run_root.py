@@ -496,8 +496,8 @@ def test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_retur
 def test_a_job_paying_its_restart_cost_when_the_gpus_return_is_moved_back(inputs, state_dir, assert_no_leak):
     """"wan" starts on north; north's GPUs are withdrawn at trace 5 s (0.5 s into the replay) and come
     back at 8 s, while "wan", placed again on east + west, waits out its 2.1 s restart cost (0.7 s of
-    checkpoint save, then 1.4 s of load). SpinSearch plans it again then (it was skipped until its ranks
-    started, and the return was spent) and moves it back to north: still saving its checkpoint, it
+    checkpoint save, then 1.4 s of load). SpinSearch plans it again then (before 72d7627 it was skipped
+    until its ranks started, by when the return was spent) and moves it back to north: still saving its checkpoint, it
     loses no time by it, and its lost time is counted once."""
     (inputs / "capacity.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n5,north,16,0,8\n")
     wan_alone = "\n".join(MOVE_TRACE.splitlines()[::2]) + "\n"  # the header and "wan"
