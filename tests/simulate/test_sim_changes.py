@@ -263,9 +263,8 @@ def test_a_job_paying_its_restart_cost_when_the_gpus_return_is_planned_again(bac
     """j1 (16 GPUs) runs on c; c's GPUs are withdrawn at T and come back ``back_after`` later, while
     j1, placed again across a-b, still pays its restart cost (7.3 s of checkpoint save, then 14.6 s of
     load). SpinSearch plans it again then (before 72d7627 it was skipped until it iterated, by when the
-    return was spent)
-    and moves it back to c. It keeps the checkpoint it is saving: moved within the save (5 s) the move
-    costs it nothing; within the load (10 s) it costs the 2.7 s of load already done."""
+    return was spent) and moves it back to c. It keeps the checkpoint it is saving: moved within the
+    save (5 s) the move costs it nothing; within the load (10 s) it costs the 2.7 s of load done."""
     topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
     jobs = [job(1, 16, iterations=400, arrival=1.0)]
     T = 10.0
