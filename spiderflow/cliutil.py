@@ -227,7 +227,7 @@ def input_dir(text: str) -> str:
 def output_dir(text: str) -> str:
     """argparse type: a directory that exists or can be made (its nearest existing ancestor is a
     writable directory)."""
-    return _path_checked(_check_dir, text)
+    return _path_checked(_check_dir, _not_stdout(text))
 
 
 def make_output_dir(path: str | Path, flag: str = "--out") -> Path:
@@ -267,7 +267,15 @@ def output_dir_for(path: str | Path | None, flag: str = "--out"):
 
 def output_file(text: str) -> str:
     """argparse type: a file that can be written: not a directory, in an existing writable directory."""
-    return _path_checked(_check_file, text)
+    return _path_checked(_check_file, _not_stdout(text))
+
+
+def _not_stdout(text: str) -> str:
+    """An output path that is not ``-``: many tools take it for standard output, and here it would
+    silently make a file or directory of that name."""
+    if text == "-":
+        raise argparse.ArgumentTypeError("'-' is not standard output here; give a path (./- for one named '-')")
+    return text
 
 
 def write_output_file(path: str, text: str, flag: str = "--out") -> None:

@@ -472,6 +472,9 @@ def known_bad() -> list[Case]:
              ["report", "x" * 300], program="emulator"),
         Case("cli-emulator", "emulator clean --state-dir with a 300-character name (as root: a traceback before "
              "2026-11-29)", ["clean", "--state-dir", "x" * 300], program="emulator"),
+        # '-' is not standard output: it made a file or directory named '-' without a word before 2026-11-29
+        _cli("trace generate --out -", "cli-trace", "trace", "generate", "--jobs", "3", "--out", "-"),
+        _cli("simulate --out -", "cli-simulate", *SIM_DEFAULT, "--out", "-"),
     ]
 
 
