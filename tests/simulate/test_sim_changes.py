@@ -283,6 +283,28 @@ def test_a_job_paying_its_restart_cost_when_the_gpus_return_is_planned_again(bac
     assert on.lost_s == pytest.approx(resumed - T)  # from the stop to the resume, counted once
 
 
+def test_a_job_a_wan_change_slows_while_it_pays_its_restart_cost_is_planned_again():
+    """j0 holds d (24 GPUs), j1 runs on c. c's GPUs are withdrawn at T, 3 s before j0 ends: j1 is placed
+    again across a-b and pays its restart cost; at T + 5 s, within it, a-b falls to 0.01 Gbit/s.
+    SpinSearch plans j1 again (before 72d7627 it was skipped, and the change was never looked at
+    again: it crawled over a-b for 11 hours) and moves it to the d that j0 left, still within the
+    checkpoint's save: its iterations resume when they would have, only faster."""
+    topo = topology({"a": 8, "b": 8, "c": 16, "d": 24}, [("a", "b", 1.0), ("b", "c", 1.0), ("c", "d", 1.0)])
+    jobs = [job(0, 24, iterations=300), job(1, 16, iterations=400, arrival=1.0)]
+    j0, j1 = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False))
+    assert j0.placement == {"d": 24} and j1.placement == {"c": 16}
+    T = j0.end_s - 3.0
+    cfg = SimConfig(planner="spinsearch", wait=False, wan_events=(wan(T + 5.0, "a", "b", bw=0.01),),
+                    capacity_events=(CapacityEvent(time_s=T, cluster="c", gpus=16, notice_s=0.0, return_s=None),))
+    _, on = simulate(topo, jobs, cfg)
+    _, off = simulate(topo, jobs, dataclasses.replace(cfg, replan=False))
+    assert off.placement == {"a": 8, "b": 8} and off.replanned == 1
+    cost = restart_cost_s(on.job)
+    left = 400 - (T - 1.0) / alone(j1, topo)
+    assert on.placement == {"d": 16} and on.replanned == 2 and on.lost_s == pytest.approx(cost)
+    assert on.end_s == pytest.approx(T + cost + left * alone(on, topo)) and on.end_s < off.end_s / 100
+
+
 def test_the_gpus_a_move_frees_go_to_the_queue_at_once():
     """c (16 RTX 4090s) is withdrawn until R: j1 (gpt3-1.3b) starts on a-b (A100s); j2 (llama2-70b,
     which does not fit c's memory) arrives and waits. At R j2 still cannot use c, j1 moves there, and
