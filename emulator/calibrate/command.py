@@ -194,15 +194,19 @@ def main(args: argparse.Namespace) -> int:
                 config["host_steal_pct"] = round(100 * meter.share(), 2)  # so far: the report reads it
                 (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     finally:
-        from emulator.calibrate.fit import read_jsonl
         from emulator.calibrate.report import mape_summary, write_report
+        from emulator.calibrate.rundir import load_run
 
+        run = None  # the run directory, read and checked once for the report, its MAPE line and --json
         if (out / "microbench.jsonl").exists():
-            report = write_report(out)
+            run = load_run(out)
+            report = write_report(run)
             log(f"report: {report} ({time.monotonic() - t0:.0f} s in all)")
-    summary = mape_summary(out)
+    if run is None:
+        run = load_run(out)
+    summary = mape_summary(run)
     if args.json:
-        plans = read_jsonl(out / "plans.jsonl") if (out / "plans.jsonl").exists() else []
+        plans = run.plans
         print(dumps({"summary": summary, "calibration": [str(p) for p in cal_paths],
                      "report": str(out / "report.md"), "plans": plans, "out": str(out)}, indent=1))
     else:

@@ -69,9 +69,10 @@ def mape_line(plans: list[dict], *, scale: float, mechanism: str, dilation: floa
             f"{mape['predicted_calibrated_s']:.1f}% over {len(ok)} plans ({knobs})")
 
 
-def mape_summary(run_dir: Path) -> str:
-    """The report's first line, from config.json and plans.jsonl."""
-    run = load_run(run_dir)
+def mape_summary(run: Run | Path) -> str:
+    """The report's first line, from config.json and plans.jsonl (of ``run``, or of the run directory
+    it names)."""
+    run = _loaded(run)
     return mape_line(run.plans, scale=run.scale, mechanism=run.mechanism, dilation=run.dilation)
 
 
@@ -476,16 +477,23 @@ def _save(fig: Figure, path: Path) -> None:
 
 # ---- the report ------------------------------------------------------------------------------------------
 
-def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
-    """Write fits.json, figures/*.png and report.md into ``out_dir`` (default ``run_dir``); return
-    report.md's path. A directory the file system refuses is one EmulatorError line."""
-    run = load_run(Path(run_dir))
+def write_report(run: Run | Path, out_dir: Path | None = None) -> Path:
+    """Write fits.json, figures/*.png and report.md of ``run`` (or of the run directory it names) into
+    ``out_dir`` (default the run directory); return report.md's path. A directory the file system
+    refuses is one EmulatorError line."""
+    run = _loaded(run)
     out = run.path if out_dir is None else Path(out_dir)
     try:
         return _write(run, out)
     except OSError as exc:
         raise EmulatorError(f"{out}: cannot write the report there ({exc.strerror or exc}); "
                             "pass --out DIR to write it elsewhere") from None
+
+
+def _loaded(run: Run | Path) -> Run:
+    """``run``, or the run directory it names, read and checked (:func:`rundir.load_run`): a caller that
+    writes the report and prints its MAPE line reads the directory once."""
+    return run if isinstance(run, Run) else load_run(Path(run))
 
 
 def _write(run: Run, out: Path) -> Path:

@@ -27,9 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from emulator.calibrate.report import mape_summary, write_report
+    from emulator.calibrate.rundir import load_run
 
     handback.remember(args.run_dir if args.out is None else args.out)  # under sudo: the user's again
-    path = write_report(Path(args.run_dir), None if args.out is None else Path(args.out))
-    print(path)
-    print(mape_summary(Path(args.run_dir)))
+    run = load_run(Path(args.run_dir))  # read and checked once, for the report and its MAPE line
+    print(write_report(run, None if args.out is None else Path(args.out)))
+    print(mape_summary(run))
     return 0
