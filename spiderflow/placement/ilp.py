@@ -38,12 +38,14 @@ output layer, in-stage data-parallel gradient sync, pipeline replicas and the
 micro-batch choice (TPA decides those afterwards). To make up for that, the
 MILP is re-solved with no-good cuts (on each chain and its reverse) for a pool
 of up to ``POOL_SIZE`` distinct chains within ``POOL_GAP`` of the first
-solution's objective, for as long again as the main solve took (at least
-``POOL_MIN_S``, never past the time limit); each chain and its reverse (the
-MILP cannot tell them apart) is planned by TPA with the strategy's view and scored with the exact ``predict``; the
-best is returned. The status is the first (main) solve's: "optimal" when
-the MILP optimum was proven; ``detail["first_plan_s"]`` is the wall time until
-that solve's chain was planned, the rest of the overhead is the pool.
+solution's objective, within the decision's time limit (a pool bounded by
+count, not by a share of the wall clock: a decision whose solves end within
+the limit is the same on a fast machine and a slow one); each chain and its
+reverse (the MILP cannot tell them apart) is planned by TPA with the
+strategy's view and scored with the exact ``predict``; the best is returned.
+The status is the first (main) solve's: "optimal" when the MILP optimum was
+proven; ``detail["first_plan_s"]`` is the wall time until that solve's chain
+was planned, the rest of the overhead is the pool.
 
 Size: ``K N M`` binaries and ``K N M`` continuous layer shares (M = menu options
 per cluster, <= ~10), ``(K-1) N (N-1)`` continuous position pairs and ``tau``:
@@ -70,7 +72,6 @@ from spiderflow.placement.milp_common import (MIN_SOLVE_S, STATE_BYTES_PER_PARAM
 
 POOL_SIZE = 8  # distinct MILP chains re-scored by TPA + predict
 POOL_GAP = 0.25  # ... whose MILP objective is within this fraction of the optimum's
-POOL_MIN_S = 2.0  # the pool's time budget: as long as the main solve took, at least this
 
 
 def gpu_speed(req: PlacementRequest, view: TopologyView, cluster: str) -> float:
@@ -138,11 +139,6 @@ def solve_and_plan(req: PlacementRequest, view: TopologyView, name: str) -> Plac
         left = deadline - time.perf_counter() - hand_over
         if k and left < MIN_SOLVE_S:
             break
-        if k == 1:  # the pool may take as long again as the main solve did (at least POOL_MIN_S)
-            deadline = min(deadline, t0 + first_plan_s + max(first_plan_s, POOL_MIN_S))
-            left = deadline - time.perf_counter() - hand_over
-            if left < MIN_SOLVE_S:
-                break
         if k == 0:
             res, incumbent = solve_from_start(prob, req, left, start)
         else:

@@ -106,3 +106,25 @@ def test_cbc_fallback_reaches_the_same_optimum(monkeypatch):
     placement = place_ilp(req)
     assert placement.detail["solver"] == "CBC" and placement.status == STATUS_OPTIMAL
     assert predict(placement.plan, req.matrix_view()).iteration_s == pytest.approx(with_highs, rel=1e-9)
+
+
+def test_the_pool_is_the_same_on_a_machine_fifty_times_slower(monkeypatch):
+    """The pool is bounded by count and the time limit, not by the wall clock's share of it.
+
+    Its budget used to be as long again as the main solve took (at least 2 s), so a slower or busier
+    machine scored fewer chains and could return another placement (benchmarks/results/wan-paper8:
+    ilp's 64-GPU job went to london or paris first by the hour). The second decision reads a clock
+    that runs 50x fast, as a machine 50x slower would, within a time limit it does not reach.
+    """
+    import types
+
+    import spiderflow.placement.ilp as ilp
+
+    req = request(LINE, job("gpt3-1.3b", 24), time_limit_s=5000.0)
+    on_time = place_ilp(req)
+    assert len(on_time.detail["pool"]) > 1
+    slow = types.SimpleNamespace(perf_counter=lambda: 50 * time.perf_counter())
+    monkeypatch.setattr(ilp, "time", slow)
+    slowed = place_ilp(req)
+    assert [e["segments"] for e in slowed.detail["pool"]] == [e["segments"] for e in on_time.detail["pool"]]
+    assert slowed.segments == on_time.segments
