@@ -64,10 +64,9 @@ from spiderflow.costmodel import TopologyView, predict
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.parallel.tpa import MICRO_BATCH_SIZES, plan_placement
 from spiderflow.placement.base import Placement, PlacementRequest
-from spiderflow.placement.milp_common import (MIN_SOLVE_S, STATE_BYTES_PER_PARAM, STATUS_INFEASIBLE,
-                                              STATUS_NO_SOLUTION, build_chain, check_fits,
-                                              gpu_menu, greedy_start, lin, max_positions, no_good_cut,
-                                              new_var, problem_size, solve, solve_from_start,
+from spiderflow.placement.milp_common import (STATE_BYTES_PER_PARAM, STATUS_INFEASIBLE, STATUS_NO_SOLUTION,
+                                              build_chain, check_fits, gpu_menu, greedy_start, lin,
+                                              max_positions, no_good_cut, new_var, problem_size, solves,
                                               usable_bytes)
 
 POOL_SIZE = 8  # distinct MILP chains re-scored by TPA + predict
@@ -129,21 +128,11 @@ def build_model(req: PlacementRequest, view: TopologyView, name: str):
 
 def solve_and_plan(req: PlacementRequest, view: TopologyView, name: str) -> Placement:
     t0 = time.perf_counter()
-    deadline = t0 + req.time_limit_s
     prob, ch, start = build_model(req, view, name)
     n_vars, n_cons = problem_size(prob)
     build_s = time.perf_counter() - t0
-    hand_over = build_s  # first guess at PuLP -> solver hand-over time; measured after each solve
     main, pool, best, error, incumbent, first_plan_s = None, [], None, None, "solver", 0.0
-    for k in range(POOL_SIZE):
-        left = deadline - time.perf_counter() - hand_over
-        if k and left < MIN_SOLVE_S:
-            break
-        if k == 0:
-            res, incumbent = solve_from_start(prob, req, left, start)
-        else:
-            res = solve(prob, req, left)
-        hand_over = res.overhead_s
+    for k, res, incumbent in solves(prob, req, start, POOL_SIZE, t0, build_s):
         main = main or res
         if res.status in (STATUS_INFEASIBLE, STATUS_NO_SOLUTION):
             break

@@ -67,10 +67,9 @@ from spiderflow.parallel.shapes import powers_of_two
 from spiderflow.parallel.tpa import MICRO_BATCH_SIZES
 from spiderflow.placement.base import Placement, PlacementRequest
 from spiderflow.placement.ilp import gpu_speed
-from spiderflow.placement.milp_common import (MIN_SOLVE_S, STATE_BYTES_PER_PARAM, STATUS_INFEASIBLE,
-                                              STATUS_NO_SOLUTION, build_chain, check_fits,
-                                              gpu_menu, greedy_start, lin, max_positions, no_good_cut,
-                                              new_var, problem_size, solve, solve_from_start,
+from spiderflow.placement.milp_common import (STATE_BYTES_PER_PARAM, STATUS_INFEASIBLE, STATUS_NO_SOLUTION,
+                                              build_chain, check_fits, gpu_menu, greedy_start, lin,
+                                              max_positions, no_good_cut, new_var, problem_size, solves,
                                               usable_bytes)
 from spiderflow.plan import Plan, Stage
 from spiderflow.workload import GRAD_BYTES_PER_PARAM
@@ -241,22 +240,12 @@ def decode(req: PlacementRequest, ch, q, dbm) -> tuple[tuple[tuple[str, int], ..
 def place_joint_ilp(req: PlacementRequest) -> Placement:
     """Placement and parallelisation in one MILP; the Plan comes from its solution."""
     t0 = time.perf_counter()
-    deadline = t0 + req.time_limit_s
     view = req.matrix_view()
     prob, ch, q, dbm, start = build_model(req, view)
     n_vars, n_cons = problem_size(prob)
     build_s = time.perf_counter() - t0
     attempts, misfit, incumbent = [], None, "solver"
-    hand_over = build_s  # first guess at PuLP -> solver hand-over time; measured after each solve
-    for k in range(MAX_ATTEMPTS):
-        left = deadline - time.perf_counter() - hand_over
-        if k and left < MIN_SOLVE_S:
-            break
-        if k == 0:
-            res, incumbent = solve_from_start(prob, req, left, start)
-        else:
-            res = solve(prob, req, left)
-        hand_over = res.overhead_s
+    for k, res, incumbent in solves(prob, req, start, MAX_ATTEMPTS, t0, build_s):
         if res.status in (STATUS_INFEASIBLE, STATUS_NO_SOLUTION):
             attempts.append({"status": res.status, "solve_s": res.seconds})
             break

@@ -33,7 +33,7 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -324,6 +324,27 @@ def solve_from_start(prob: pulp.LpProblem, req: PlacementRequest, time_left_s: f
         use_start(start)
         return dataclasses.replace(res, status=STATUS_TIME_LIMIT), "greedy start"
     return res, "solver"
+
+
+def solves(prob: pulp.LpProblem, req: PlacementRequest, start: Mapping[pulp.LpVariable, float] | None,
+           attempts: int, t0: float, build_s: float) -> Iterator[tuple[int, SolveResult, str]]:
+    """Solve ``prob`` up to ``attempts`` times within ``req``'s time limit from ``t0``, the caller
+    cutting between solves: yields (k, result, who found the first solve's incumbent). The first is
+    seeded with ``start``; a later one needs MIN_SOLVE_S left after the PuLP -> solver hand-over
+    (guessed as ``build_s``, then measured at each solve). Only the time limit stops it early: how
+    many solves run does not depend on how long the first took."""
+    deadline = t0 + req.time_limit_s
+    hand_over, incumbent = build_s, "solver"
+    for k in range(attempts):
+        left = deadline - time.perf_counter() - hand_over
+        if k and left < MIN_SOLVE_S:
+            return
+        if k == 0:
+            res, incumbent = solve_from_start(prob, req, left, start)
+        else:
+            res = solve(prob, req, left)
+        hand_over = res.overhead_s
+        yield k, res, incumbent
 
 
 def use_start(start: Mapping[pulp.LpVariable, float]) -> None:

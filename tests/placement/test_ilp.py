@@ -119,12 +119,14 @@ def test_the_pool_is_the_same_on_a_machine_fifty_times_slower(monkeypatch):
     import types
 
     import spiderflow.placement.ilp as ilp
+    import spiderflow.placement.milp_common as milp_common
 
     req = request(LINE, job("gpt3-1.3b", 24), time_limit_s=5000.0)
     on_time = place_ilp(req)
     assert len(on_time.detail["pool"]) > 1
     slow = types.SimpleNamespace(perf_counter=lambda: 50 * time.perf_counter())
-    monkeypatch.setattr(ilp, "time", slow)
+    for module in (ilp, milp_common):
+        monkeypatch.setattr(module, "time", slow)
     slowed = place_ilp(req)
     assert [e["segments"] for e in slowed.detail["pool"]] == [e["segments"] for e in on_time.detail["pool"]]
     assert slowed.segments == on_time.segments
