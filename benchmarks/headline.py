@@ -48,7 +48,7 @@ from pathlib import Path
 
 from spiderflow import placement
 from spiderflow.bench import machine
-from spiderflow.placement import genetic
+from spiderflow.placement import genetic, ilp
 from spiderflow.cliutil import (OneLineParser, dumps, float_in, make_output_dir, one_line_errors, output_dir,
                                 write_output_file)
 from spiderflow.errors import ConfigError
@@ -324,7 +324,9 @@ def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
         + ".", "",
         "Settings: every planner at the shared scheduler's defaults (FIFO, where SpinSearch's admission lets a "
         "head too big for the free GPUs reserve its best ones instead, EASY backfill; ILP time limit "
-        f"{DEFAULT_TIME_LIMIT_S:g} s per decision, genetic's default {GENETIC_TRIALS:,} trials), "
+        f"{DEFAULT_TIME_LIMIT_S:g} s per decision, in which `ilp` and `ilp-topo` score a pool of up to "
+        f"{ilp.POOL_SIZE} MILP chains within {ilp.POOL_GAP:.0%} of the optimum; genetic's default "
+        f"{GENETIC_TRIALS:,} trials), "
         "scheduling overhead charged "
         "(`SimConfig(charge_overhead=True)`), each replay starting with the planners' memos cleared; "
         "synthetic traces from `generate_trace` with arrivals sized to the "
