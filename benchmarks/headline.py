@@ -26,6 +26,8 @@ writes ``headline.md`` (tables), ``rows.csv`` (one row per topology, load,
 seed and planner), ``calls.csv`` (every planner call's wall time) and
 ``config.json`` (provenance and every setting) to
 ``--out`` (default ``runs/headline-<time>``); progress goes to stderr.
+``--render DIR`` redraws ``headline.md`` from those files alone: its settings line
+as the run's config.json recorded them, not as today's code has them.
 """
 
 from __future__ import annotations
@@ -310,7 +312,28 @@ def completion_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+# The shared scheduler's queue as this code runs it (config.json's sim.queue; the settings line reads the run's record)
+QUEUE = ("FIFO, where SpinSearch's admission lets a head too big for the free GPUs reserve its best ones instead, "
+         "EASY backfill")
+QUEUE_UNRECORDED = "queue discipline not recorded in this run's config.json"
+
+
+def ilp_pool() -> dict:
+    """`ilp`'s pool as this code builds it, for config.json: a setting of the baseline that moves its rows."""
+    return {"size": ilp.POOL_SIZE, "gap": ilp.POOL_GAP, "budget": "as many as the decision's time limit allows"}
+
+
+def pool_text(pool: dict | None) -> str:
+    """The settings line's words for `ilp`'s pool as the run's config.json records it (not today's code's)."""
+    if pool is None:
+        return "`ilp`'s and `ilp-topo`'s pool of MILP chains is not recorded in this run's config.json"
+    return (f"`ilp` and `ilp-topo` score a pool of up to {pool['size']} MILP chains within {pool['gap']:.0%} of "
+            f"the optimum, {pool['budget']}")
+
+
 def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
+    """headline.md from the rows and the run's config.json: the settings line describes the code as it ran."""
+    sim = config["sim"]
     ratios = ratio_rows(rows)
     ablation = ratio_rows(rows, reference=REFERENCE, others=(ABLATION,))
     parts = [
@@ -322,11 +345,10 @@ def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
         f"({wall_s:.0f} s), CPU {config['cpu_s']:.0f} s. Commit {config['git_commit']}"
         + (f", with uncommitted changes to {', '.join(config['uncommitted'])}" if config.get("uncommitted") else "")
         + ".", "",
-        "Settings: every planner at the shared scheduler's defaults (FIFO, where SpinSearch's admission lets a "
-        "head too big for the free GPUs reserve its best ones instead, EASY backfill; ILP time limit "
-        f"{DEFAULT_TIME_LIMIT_S:g} s per decision, in which `ilp` and `ilp-topo` score a pool of up to "
-        f"{ilp.POOL_SIZE} MILP chains within {ilp.POOL_GAP:.0%} of the optimum; genetic's default "
-        f"{GENETIC_TRIALS:,} trials), "
+        f"Settings: every planner at the shared scheduler's defaults ({sim.get('queue', QUEUE_UNRECORDED)}; "
+        "ILP time limit "
+        f"{sim['time_limit_s']:g} s per decision, in which {pool_text(sim.get('ilp_pool'))}; genetic's default "
+        f"{sim['genetic_trials']:,} trials), "
         "scheduling overhead charged "
         "(`SimConfig(charge_overhead=True)`), each replay starting with the planners' memos cleared; "
         "synthetic traces from `generate_trace` with arrivals sized to the "
@@ -481,6 +503,7 @@ def run_benchmark(out: Path, *, seeds: tuple[int, dict[str, int]], jobs: tuple[i
               "planners": {p: {"planner": VARIANTS[p][0], "wait": VARIANTS[p][1]} for p in planners},
               "sim": {"charge_overhead": True, "overhead_scale": 1.0, "backfill": False,
                       "time_limit_s": DEFAULT_TIME_LIMIT_S, "search_budget": None, "genetic_trials": GENETIC_TRIALS,
+                      "ilp_pool": ilp_pool(), "queue": QUEUE,
                       "calibration": None, "exact": False, "seed": "the trace's seed (the window's index)",
                       "memos": "cleared before each replay (spiderflow.placement.clear_memos)"},
               "trace": {"generator": "spiderflow.traces.generate_trace", "arrival": "poisson",
@@ -529,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="", help="text for headline.md's Sizing section (or @FILE)")
     ap.add_argument("--render", type=Path, metavar="DIR",
                     help="only rewrite DIR/headline.md from its rows.csv, calls.csv and config.json "
-                         "(with --note: that note instead of the recorded one)")
+                         "(with --note: that note instead of the recorded one, recorded in its place)")
     args = ap.parse_args(argv[1:])
     return one_line_errors(lambda: _main(args, argv))
 
@@ -544,13 +567,14 @@ def _main(args: argparse.Namespace, argv: list[str]) -> None:
     if args.render:
         try:
             rows, config = read_results(args.render)
-        except (OSError, ValueError, KeyError) as exc:
-            why = getattr(exc, "strerror", None) or exc
+            text = markdown(rows, config if not note else {**config, "note": note}, config["wall_s"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            why = getattr(exc, "strerror", None) or (f"no {exc}" if isinstance(exc, KeyError) else exc)
             raise ConfigError(f"--render {args.render}: cannot read a run's results ({why}); "
                               "give a directory this benchmark wrote") from None
-        if note:
-            config["note"] = note
-        write_output_file(args.render / "headline.md", markdown(rows, config, config["wall_s"]), "--render")
+        if note and note != config.get("note"):  # recorded, so that a later --render keeps it
+            write_output_file(args.render / "config.json", dumps({**config, "note": note}) + "\n", "--render")
+        write_output_file(args.render / "headline.md", text, "--render")
         print(f"wrote {args.render}/headline.md", file=sys.stderr)
         return
     out = Path(args.out) if args.out else REPO / "runs" / time.strftime("headline-%Y%m%d-%H%M%S")

@@ -120,3 +120,45 @@ def test_render_rewrites_the_same_tables(bench, result):
     (out / "headline.md").unlink()
     assert bench.main(["headline.py", "--render", str(out)]) == 0
     assert (out / "headline.md").read_text() == before
+
+
+def test_render_describes_the_run_as_recorded_not_todays_code(bench, result, tmp_path):
+    """The settings line comes from config.json: a re-render of an older run keeps that run's settings."""
+    out, _ = result
+    copy = tmp_path / "run"
+    copy.mkdir()
+    for name in ("rows.csv", "calls.csv", "config.json"):
+        (copy / name).write_bytes((out / name).read_bytes())
+    cfg = json.loads((copy / "config.json").read_text())
+    assert cfg["sim"]["ilp_pool"] == {"size": bench.ilp.POOL_SIZE, "gap": bench.ilp.POOL_GAP,
+                                      "budget": "as many as the decision's time limit allows"}
+    assert cfg["sim"]["queue"] == bench.QUEUE
+    cfg["sim"].update(time_limit_s=3.0, genetic_trials=7, queue="a queue of another day",
+                      ilp_pool={"size": 2, "gap": 0.5, "budget": "for 1 s"})
+    (copy / "config.json").write_text(json.dumps(cfg))
+
+    def settings() -> str:
+        assert bench.main(["headline.py", "--render", str(copy)]) == 0
+        return next(ln for ln in (copy / "headline.md").read_text().splitlines() if ln.startswith("Settings:"))
+
+    line = settings()
+    assert "(a queue of another day; ILP time limit 3 s per decision" in line
+    assert "a pool of up to 2 MILP chains within 50% of the optimum, for 1 s; genetic's default 7 trials" in line
+    del cfg["sim"]["ilp_pool"], cfg["sim"]["queue"]  # a run from before these were recorded
+    (copy / "config.json").write_text(json.dumps(cfg))
+    line = settings()
+    assert bench.QUEUE_UNRECORDED in line and "pool of MILP chains is not recorded" in line
+
+
+def test_a_rendered_note_is_recorded_for_the_next_render(bench, result, tmp_path):
+    out, _ = result
+    copy = tmp_path / "run"
+    copy.mkdir()
+    for name in ("rows.csv", "calls.csv", "config.json"):
+        (copy / name).write_bytes((out / name).read_bytes())
+    assert bench.main(["headline.py", "--render", str(copy), "--note", "Sized by hand."]) == 0
+    first = (copy / "headline.md").read_text()
+    assert "## Sizing\n\nSized by hand.\n" in first
+    assert json.loads((copy / "config.json").read_text())["note"] == "Sized by hand."
+    assert bench.main(["headline.py", "--render", str(copy)]) == 0
+    assert (copy / "headline.md").read_text() == first
