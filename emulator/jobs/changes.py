@@ -15,9 +15,10 @@ real ranks:
   stopped and re-queued; at ``return_s`` the GPUs come back.
 - A stopped job is placed again by the same scheduler; its new ranks run the
   iterations it had left and start after the **restart cost**
-  (:func:`spiderflow.simulate.changes.restart_cost_s`, real-equivalent seconds,
-  x K on the wall), holding their GPUs and hosts meanwhile, as the simulator
-  charges it.
+  (:func:`spiderflow.simulate.changes.resume_cost_s`, real-equivalent seconds,
+  x K on the wall: the whole restart cost for a job stopped while its ranks
+  iterate, nothing on its first start-up), holding their GPUs and hosts
+  meanwhile, as the simulator charges it.
 
 - **Voluntary re-planning** (SpinSearch only, ``RunConfig.replan``): once a
   change is in force and the queued jobs have had their scheduling pass, a
@@ -30,8 +31,9 @@ real ranks:
   or GPUs withdrawn); a job whose ranks wait out a restart cost is planned
   again too. It **moves** when the time that saves on the iterations it has
   left (counted from its ranks' lines) exceeds what the move delays them by
-  (``move_cost_s``: one still paying a restart cost keeps the checkpoint it is
-  saving): its ranks, if started, are ended, and its new ranks start on the
+  (``move_delay_s``: the restart cost as for a stop, ``resume_cost_s``, and the
+  new placement's start-up, less what it had still to wait where it is): its
+  ranks, if started, are ended, and its new ranks start on the
   new placement after that cost, as a stopped job's do. The simulator does the
   same, hosts counted (the simulated replay of ``emulator compare``).
 """
@@ -40,9 +42,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from emulator.jobs.startup import startup_s
 from spiderflow.scheduling import crosses
 from spiderflow.plan import placement_text
-from spiderflow.simulate.changes import REPLAN_THRESHOLD, REPLANNING, CapacityPool, move_cost_s, restart_cost_s
+from spiderflow.simulate.changes import REPLAN_THRESHOLD, REPLANNING, CapacityPool, move_delay_s, resume_cost_s
 from spiderflow.simulate.flows import plan_routes
 from spiderflow.wan import CapacityEvent
 
@@ -82,8 +85,8 @@ class ReplayChanges:
             routes = plan_routes(j.plan, applied.topology)
             dead = crosses(routes, applied.down)
             if dead is not None:
-                r.stop(j, restart_cost_s(j.job), why=f"its route crosses {'-'.join(dead)}, which is down, "
-                                                     "with no way round")
+                r.stop(j, self._resume_s(j), why=f"its route crosses {'-'.join(dead)}, which is down, "
+                                                 "with no way round")
                 continue
             if went_down and any(key in went_down for route in j.routes for key in route):
                 j.rerouted += 1
@@ -116,27 +119,53 @@ class ReplayChanges:
 
     def _move_if_it_pays(self, j, now_s: float, why: str) -> None:
         """Plan running ``j`` again; move it when the time the new plan saves over the iterations it has
-        left (at ``now_s`` an iteration where it is) exceeds what the move delays its next iteration by:
-        the restart cost (:func:`~spiderflow.simulate.changes.move_cost_s`), less what it still had to
-        wait of one it is paying."""
+        left (at ``now_s`` an iteration where it is) exceeds what the move delays its next iteration by
+        (:func:`~spiderflow.simulate.changes.move_delay_s`): the restart cost as for a stop, the new
+        placement's start-up, less what it had still to wait where it is."""
         r = self.runner
         found = r.sched.replan(j)
         if found is None or found[0].plan.placement == j.placement:
             return
         placement = found[0]
         new_s = r.predict_on(placement.plan, j)
-        waiting = max(0.0, j.launch_at - r.now()) if j.pending is not None else 0.0
-        cost = move_cost_s(j.job, waiting_s=waiting)
+        cost, until = self._resume_s(j), self._until_iteration_s(j)
+        startup = startup_s(placement.plan, r.topo, r.k)
+        delay = move_delay_s(cost, startup, until)
         left = r.iterations_left(j)
         saved = left * (now_s - new_s)
-        if saved <= cost - waiting:
+        if saved <= delay:
             return  # the move would not pay for itself
-        than = (f"the restart cost ({cost:.1f} s)" if not waiting else
-                f"the {cost - waiting:.1f} s it adds to the restart cost it is paying (its ranks start "
-                f"{cost:.1f} s from now; they would have in {waiting:.1f} s)")
+        than = ((f"the {delay:.1f} s it delays its next iteration by" if delay > 0 else
+                 "what the move costs it: its next iteration comes no later") +
+                f" ({cost:.1f} s of checkpoint and {startup:.1f} s of start-up there"
+                + (f", less the {until:.1f} s it had still to wait here)" if until else ")"))
         r.move(j, placement, cost, why=(
             f"{why}; on {placement_text(placement.segments)} {new_s:.3f} s/iteration saves {saved:.1f} s "
             f"over its {left} iterations left, more than {than}"))
+
+    def _iterated(self, j) -> bool:
+        """Whether running ``j``'s ranks of this attempt finished an iteration (by their lines here)."""
+        r = self.runner
+        return j.pending is None and r.iterations_left(j) < r.cfg.iterations - j.done_before
+
+    def _resume_s(self, j, notice_s: float = 0.0) -> float:
+        """:func:`~spiderflow.simulate.changes.resume_cost_s` of running ``j`` stopped or moved now."""
+        iterated = self._iterated(j)
+        restart_left = max(0.0, j.launch_at - self.runner.now()) if j.pending is not None else 0.0
+        return resume_cost_s(j.job, iterated=iterated, trained=iterated or j.done_before > 0,
+                             restart_left_s=restart_left, notice_s=notice_s)
+
+    def _until_iteration_s(self, j) -> float:
+        """Real-equivalent seconds running ``j`` had still to wait for its next iteration where it is: the
+        rest of a restart cost its ranks wait out, then their predicted start-up (``startup_s``), or of
+        that start-up once they launched; 0 once they iterate."""
+        r = self.runner
+        if self._iterated(j) or (j.pending is None and j.launched_t is None):
+            return 0.0
+        startup = startup_s(j.plan, r.topo, r.k)
+        if j.pending is not None:
+            return max(0.0, j.launch_at - r.now()) + startup
+        return max(0.0, j.launched_t + startup - r.now())
 
     def due(self, now: float) -> None:
         """Apply the capacity steps due by ``now`` (the replay's clock)."""
@@ -153,7 +182,7 @@ class ReplayChanges:
                     if not self.pool.owed.get(ev.cluster, 0):
                         break
                     if j.placement.get(ev.cluster, 0):
-                        r.stop(j, restart_cost_s(j.job, notice_s=ev.notice_s / r.cfg.time_scale),
+                        r.stop(j, self._resume_s(j, notice_s=ev.notice_s / r.cfg.time_scale),
                                why=f"{ev.cluster}'s GPUs were withdrawn")
                         self.pool.settle(free)
                 r.log(f"capacity: {ev.cluster}: {self.pool.withdrawn.get(ev.cluster, 0)} GPU(s) withdrawn")

@@ -12,16 +12,18 @@ Semantics in full: docs/wan-events.md. In short:
   announced); at ``time_s`` the rest is taken from the jobs running there (the latest started
   first), which are stopped and re-queued; at ``return_s`` the GPUs come back.
 - A stopped job keeps its progress (it checkpoints when stopped) and pays
-  :func:`restart_cost_s` before its first iteration on its new placement.
+  :func:`restart_cost_s` before its first iteration on its new placement; one stopped before its first
+  iteration since its latest start pays less (:func:`resume_cost_s`: nothing on its first start-up).
 - **Voluntary re-planning** (SpinSearch only, ``SimConfig.replan``): after a WAN event, a running
   job whose iteration time is more than ``replan_threshold`` times the one it had when it was
   (re)placed is planned again on its GPUs plus the free ones; so is, once a down link is back up or
   withdrawn GPUs come back (and the queued jobs have had their pass), a running job that was
   (re)placed while the network was impaired (a link down or GPUs withdrawn). Either moves when the
-  time that saves on its remaining iterations exceeds what the move delays its next iteration by:
-  the restart cost (:func:`move_cost_s`). A job still starting up or paying a restart cost is
-  planned again too (the emulator's rule: its ranks are launching or waiting); the latter keeps
-  the checkpoint it is saving.
+  time that saves on its remaining iterations exceeds what the move delays its next iteration by
+  (:func:`move_delay_s`: the restart cost as for a stop, :func:`resume_cost_s`, and the new
+  placement's start-up, less what it had still to wait where it is). A job still starting up or
+  paying a restart cost is planned again too (the emulator's rule: its ranks are launching or
+  waiting); the latter keeps the checkpoint it is saving.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ GBPS = 1e9 / 8  # bytes/s per Gbit/s
 WAN, NOTICE, WITHDRAW, RETURN = "wan", "notice", "withdraw", "return"  # the change events' kinds
 
 if TYPE_CHECKING:
-    from spiderflow.simulate.engine import Simulation
+    from spiderflow.simulate.engine import Simulation, SimRecord
 
 
 def checkpoint_bytes(job: Job) -> float:
@@ -77,18 +79,32 @@ def restart_cost_s(job: Job, *, notice_s: float = 0.0, save_gbps: float = CHECKP
     return max(0.0, save_s - notice_s) + nbytes / (load_gbps * GBPS)
 
 
-def move_cost_s(job: Job, *, waiting_s: float = 0.0, save_gbps: float = CHECKPOINT_SAVE_GBPS,
-                load_gbps: float = CHECKPOINT_LOAD_GBPS) -> float:
-    """Seconds a job that SpinSearch moves needs before its first iteration on the new placement
-    (start-up aside, which it pays again either way). One not paying a restart cost (``waiting_s``
-    0: iterating, or starting up) pays the whole :func:`restart_cost_s`. One still paying a restart
-    cost, ``waiting_s`` of it left, has trained nothing since its checkpoint: it pays what is left of
-    the save (a restart cost is the save, then the load) and a whole load at the new placement.
-    Its move delays its first iteration by this less ``waiting_s``."""
-    if waiting_s <= 0.0:
-        return restart_cost_s(job, save_gbps=save_gbps, load_gbps=load_gbps)
+def resume_cost_s(job: Job, *, iterated: bool, trained: bool, restart_left_s: float = 0.0, notice_s: float = 0.0,
+                  save_gbps: float = CHECKPOINT_SAVE_GBPS, load_gbps: float = CHECKPOINT_LOAD_GBPS) -> float:
+    """Seconds of checkpointing a job that a change stops, or SpinSearch moves, needs before its first
+    iteration on the new placement (its start-up aside: :func:`move_delay_s` counts that).
+
+    - One that has ``iterated`` since its latest start pays the whole :func:`restart_cost_s` (a notice
+      hides part of the save).
+    - One that has not, and has never ``trained`` (its first start-up), pays nothing: it has no state to
+      save or read back, and starts afresh on the new placement as it first did.
+    - One that has not, but trained before (placed again after a change, and paying its restart cost,
+      ``restart_left_s`` of it left, or starting up after it) has trained nothing since its checkpoint:
+      it pays what is left of the save (a restart cost is the save, then the load) and a whole load at
+      the new placement."""
+    if iterated:
+        return restart_cost_s(job, notice_s=notice_s, save_gbps=save_gbps, load_gbps=load_gbps)
+    if not trained:
+        return 0.0
     load_s = checkpoint_bytes(job) / (load_gbps * GBPS)
-    return max(0.0, waiting_s - load_s) + load_s
+    return max(0.0, restart_left_s - load_s) + load_s
+
+
+def move_delay_s(cost_s: float, startup_s: float, until_iteration_s: float) -> float:
+    """What a move delays a job's next iteration by: the checkpointing it needs (:func:`resume_cost_s`)
+    and the new placement's start-up, less what it had still to wait where it is before its next
+    iteration (the rest of a restart cost and of a start-up; 0 for a job iterating)."""
+    return cost_s + startup_s - until_iteration_s
 
 
 class NetworkState:
@@ -181,10 +197,13 @@ class Changes:
             if ev.return_s is not None:
                 events.push(ev.return_s, (RETURN, ev), priority=priority)
 
-    def restart_s(self, job: Job, notice_s: float = 0.0) -> float:
+    def resume_s(self, rec: SimRecord, now: float, notice_s: float = 0.0) -> float:
+        """:func:`resume_cost_s` of running ``rec`` stopped or moved at ``now``."""
         cfg = self.sim.cfg
-        return restart_cost_s(job, notice_s=notice_s, save_gbps=cfg.checkpoint_save_gbps,
-                              load_gbps=cfg.checkpoint_load_gbps)
+        iterated = now > rec.iterating_s
+        return resume_cost_s(rec.job, iterated=iterated, trained=iterated or rec.remaining < rec.job.iterations,
+                             restart_left_s=max(0.0, rec.restart_until_s - now), notice_s=notice_s,
+                             save_gbps=cfg.checkpoint_save_gbps, load_gbps=cfg.checkpoint_load_gbps)
 
     def apply(self, kind: str, ev, now: float) -> bool:
         """Apply one change at ``now``; True when running jobs' flows or iteration times moved."""
@@ -216,7 +235,7 @@ class Changes:
         for rec in list(sim.running):
             routes = plan_routes(rec.plan, topo)
             if crosses(routes, down) is not None:  # no way around a dead link: stop, re-plan
-                sim.stop(rec, now, self.restart_s(rec.job))
+                sim.stop(rec, now, self.resume_s(rec, now))
                 changed = True
                 continue
             used = any(ev.key in route for route in rec.routes)
@@ -241,7 +260,7 @@ class Changes:
             if not self.pool.owed.get(c, 0):
                 break
             if rec.placement.get(c, 0):
-                sim.stop(rec, now, self.restart_s(rec.job, ev.notice_s))
+                sim.stop(rec, now, self.resume_s(rec, now, ev.notice_s))
                 self.pool.settle(sim.sched.free)
                 changed = True
         return changed
@@ -266,10 +285,9 @@ class Changes:
             if found is None or found[0].plan.placement == rec.placement:
                 continue
             placement, iteration_s = found
-            waiting = max(0.0, rec.restart_until_s - now)  # of a restart cost it is paying
-            cost = move_cost_s(rec.job, waiting_s=waiting, save_gbps=cfg.checkpoint_save_gbps,
-                               load_gbps=cfg.checkpoint_load_gbps)
-            if rec.remaining * (rec.iteration_s - iteration_s) <= cost - waiting:
+            cost = self.resume_s(rec, now)
+            delay = move_delay_s(cost, sim.startup_of(placement.plan), max(0.0, rec.iterating_s - now))
+            if rec.remaining * (rec.iteration_s - iteration_s) <= delay:
                 continue  # the move would not pay for itself
             sched.move(rec, placement)
             sim.moved(rec, now, cost)

@@ -76,6 +76,7 @@ class SimRecord(JobRecord):
     stopped_s: float | None = None  # when a change stopped it (until it starts again)
     restart_s: float = 0.0  # the restart cost it pays at its next start
     restart_until_s: float = 0.0  # when the restart cost of its latest start is paid (the cost of a move before)
+    iterating_s: float = 0.0  # when its iterations begin after its latest start (restart cost and start-up paid)
     placed_iteration_s: float | None = None  # its iteration time when (re)placed (re-planning threshold)
 
 
@@ -221,7 +222,7 @@ class Simulation:
         clusters, 13.6 s, where the emulated one waited for the job started just before it on the
         cluster it wanted, 8.7 s)."""
         cfg = self.cfg
-        delay, remaining = self._startup(rec), float(rec.job.iterations)
+        delay, remaining = self.startup_of(rec.plan), float(rec.job.iterations)
         if rec.stopped_s is not None:  # placed again after a change: progress kept, the restart cost first
             delay, remaining = delay + rec.restart_s, rec.remaining
         view = shared_view(self.priced, cfg.calibration, link_load(r for r in self.running if r is not rec))
@@ -229,15 +230,15 @@ class Simulation:
                      else estimate_memo(rec.plan, view))
         return start_s + delay + remaining * iteration
 
-    def _startup(self, rec: SimRecord) -> float:
-        """Seconds from ``rec``'s start to its first iteration (``SimConfig.startup_s``)."""
+    def startup_of(self, plan: Plan) -> float:
+        """Seconds from a job's start on ``plan`` to its first iteration (``SimConfig.startup_s``)."""
         startup = self.cfg.startup_s
-        return startup(rec.plan) if callable(startup) else startup
+        return startup(plan) if callable(startup) else startup
 
     def _start(self, rec: SimRecord, start_s: float) -> None:
         """``rec`` was planned; it starts at ``start_s`` (its decision's end, see _schedule)."""
         cfg = self.cfg
-        delay = self._startup(rec)
+        delay = self.startup_of(rec.plan)
         if rec.stopped_s is None:
             rec.start_s = start_s
             rec.remaining = float(rec.job.iterations)
@@ -252,7 +253,7 @@ class Simulation:
         rec.pricer = self._repricer(rec.plan, alone)  # fixed for the job's run; re-prices it as its shares move
         rec.alone_iteration_s = self._price(rec, alone)
         rec.iteration_s = None
-        rec.updated_s = start_s + delay
+        rec.updated_s = rec.iterating_s = start_s + delay
 
     def _reshare(self, now: float) -> None:
         if not self.flows_changed:

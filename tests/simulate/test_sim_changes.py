@@ -98,8 +98,10 @@ def test_outage_without_route_stops_the_job_until_it_can_be_placed_again():
 
 
 def test_a_job_stopped_again_while_it_pays_its_restart_cost_loses_the_time_to_its_one_resume():
-    """As above, and the link goes down again at U + 5 s, within the restart cost, and is up at V:
-    the job resumes at V + cost, and lost_s is that less T (the first restart's resume never came)."""
+    """As above, and the link goes down again at U + 5 s, within the restart cost (5 s into its 7.3 s
+    save), and is up at V: the job keeps the checkpoint it was saving, so it resumes at V + the rest of
+    its first restart cost (what was left of the save, then a whole load), and lost_s is that less T
+    (the first restart's resume never came)."""
     topo = two_sites()
     (base,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind"))
     t1 = alone(base, topo)
@@ -107,9 +109,42 @@ def test_a_job_stopped_again_while_it_pays_its_restart_cost_loses_the_time_to_it
     V = U + 40.0
     events = tuple(wan(t, "a", "b", up=up) for t, up in ((T, False), (U, True), (U + 5.0, False), (V, True)))
     (rec,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind", wan_events=events))
-    cost = restart_cost_s(rec.job)
-    assert rec.end_s == pytest.approx(V + cost + 50 * t1)
-    assert (rec.replanned, rec.lost_s) == (2, pytest.approx(V + cost - T))
+    rest = restart_cost_s(rec.job) - 5.0
+    assert checkpoint_bytes(rec.job) / 2.5e9 > 5.0  # still saving when stopped again
+    assert rec.end_s == pytest.approx(V + rest + 50 * t1)
+    assert (rec.replanned, rec.lost_s) == (2, pytest.approx(V + rest - T))
+
+
+def test_a_job_stopped_during_its_first_start_up_pays_no_restart_cost():
+    """As test_outage_without_route_stops..., with 30 s of start-up and the link down at 10 s, before
+    the job's first iteration: it has nothing to save or read back, so when the link is up at U it
+    starts afresh (start-up again, every iteration), as if it arrived then."""
+    topo = two_sites()
+    startup, U = 30.0, 100.0
+    cfg = SimConfig(planner="blind", startup_s=startup,
+                    wan_events=(wan(10.0, "a", "b", up=False), wan(U, "a", "b", up=True)))
+    (rec,) = simulate(topo, [job(0, 16)], cfg)
+    assert rec.end_s == pytest.approx(U + startup + 100 * alone(rec, topo))
+    assert (rec.replanned, rec.lost_s, rec.start_s) == (1, pytest.approx(U + startup - 10.0), 0.0)
+
+
+def test_a_job_stopped_during_start_up_after_a_restart_pays_only_the_load():
+    """Stopped at T while iterating, placed again at U (the restart cost, then 30 s of start-up), and
+    stopped again during that start-up: its checkpoint is saved and holds all it did, so at V it pays
+    only the load of it at its new placement, then its start-up."""
+    topo = two_sites()
+    startup = 30.0
+    (base,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind", startup_s=startup))
+    t1 = alone(base, topo)
+    T, U = startup + 50 * t1, startup + 200 * t1
+    cost = restart_cost_s(base.job)
+    W = U + cost + 10.0  # 10 s into the start-up after the restart cost
+    V = W + 40.0
+    events = tuple(wan(t, "a", "b", up=up) for t, up in ((T, False), (U, True), (W, False), (V, True)))
+    (rec,) = simulate(topo, [job(0, 16)], SimConfig(planner="blind", startup_s=startup, wan_events=events))
+    load_s = checkpoint_bytes(rec.job) / 1.25e9  # 10 Gbit/s
+    assert rec.end_s == pytest.approx(V + load_s + startup + 50 * t1)
+    assert rec.replanned == 2
 
 
 def test_capacity_withdrawal_moves_the_job_after_its_notice():
@@ -244,7 +279,7 @@ def test_a_job_still_starting_up_when_the_gpus_return_is_planned_again_as_the_em
     """As above, with 10 s of start-up before a job's first iteration and c back at 5 s: j1 is still
     starting up on a-b. The emulator plans such a job again (its ranks are launching); so does the
     simulator, which skipped it until it iterated (the return was then spent). It moves to c with
-    nothing done, paying the restart cost and its start-up again."""
+    nothing done: no checkpoint to save or read back, only its start-up again."""
     topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
     jobs = [job(1, 16, iterations=400, arrival=1.0)]
     R, startup = 5.0, 10.0
@@ -254,8 +289,7 @@ def test_a_job_still_starting_up_when_the_gpus_return_is_planned_again_as_the_em
     (off,) = simulate(topo, jobs, dataclasses.replace(cfg, replan=False))
     assert off.placement == {"a": 8, "b": 8} and off.replanned == 0
     assert on.placement == {"c": 16} and on.replanned == 1
-    cost = restart_cost_s(on.job)
-    assert on.end_s == pytest.approx(R + cost + startup + 400 * alone(on, topo)) and on.end_s < off.end_s
+    assert on.end_s == pytest.approx(R + startup + 400 * alone(on, topo)) and on.end_s < off.end_s
 
 
 @pytest.mark.parametrize("back_after", [5.0, 10.0])
@@ -344,3 +378,28 @@ def test_a_link_back_up_moves_the_job_placed_round_it():
     (off,) = simulate(topo, jobs, SimConfig(planner="spinsearch", wait=False, wan_events=events, replan=False))
     assert off.replanned == 0 and off.placement != {"a": 8, "b": 8}
     assert on.replanned == 1 and on.placement == {"a": 8, "b": 8} and on.end_s < off.end_s
+
+
+@pytest.mark.parametrize("moves", [True, False])
+def test_a_move_counts_the_start_up_it_costs_a_job_that_iterates(moves):
+    """As test_spinsearch_moves_a_job_placed_while_gpus_were_withdrawn_once_they_return, with a start-up
+    of S s before a job's first iteration. At R, 100 iterations in, j1 would save 300 x (t_ab - t_c) on
+    c; moving costs it the restart cost and S (it iterates where it is, so it would wait for nothing).
+    It moves only when the saving beats both (before, the start-up was left out of the rule)."""
+    topo = topology({"a": 8, "b": 8, "c": 16}, [("a", "b", 1.0), ("b", "c", 1.0)])
+    on_c, on_ab = (simulate(topo, [job(1, 16, iterations=400, arrival=1.0)],
+                            SimConfig(planner="spinsearch", wait=False, capacity_events=events))[0]
+                   for events in ((), (CapacityEvent(time_s=0.0, cluster="c", gpus=16, notice_s=0.0, return_s=None),)))
+    assert on_c.placement == {"c": 16} and on_ab.placement == {"a": 8, "b": 8}
+    t_c, t_ab = alone(on_c, topo), alone(on_ab, topo)
+    saved, cost = 300 * (t_ab - t_c), restart_cost_s(on_c.job)
+    assert saved > cost + 10.0
+    S = (saved - cost) / 2 if moves else saved - cost + 10.0
+    R = 1.0 + S + 100 * t_ab
+    cfg = SimConfig(planner="spinsearch", wait=False, startup_s=S,
+                    capacity_events=(CapacityEvent(time_s=0.0, cluster="c", gpus=16, notice_s=0.0, return_s=R),))
+    (rec,) = simulate(topo, [job(1, 16, iterations=400, arrival=1.0)], cfg)
+    if moves:
+        assert rec.placement == {"c": 16} and rec.end_s == pytest.approx(R + cost + S + 300 * t_c)
+    else:
+        assert rec.placement == {"a": 8, "b": 8} and rec.end_s == pytest.approx(1.0 + S + 400 * t_ab)
