@@ -122,13 +122,17 @@ def test_render_rewrites_the_same_tables(bench, result):
     assert (out / "headline.md").read_text() == before
 
 
+def _copy_run(out: Path, to: Path) -> Path:
+    """A copy of the files --render reads, for a test that edits them."""
+    to.mkdir()
+    for name in ("rows.csv", "calls.csv", "config.json"):
+        (to / name).write_bytes((out / name).read_bytes())
+    return to
+
+
 def test_render_describes_the_run_as_recorded_not_todays_code(bench, result, tmp_path):
     """The settings line comes from config.json: a re-render of an older run keeps that run's settings."""
-    out, _ = result
-    copy = tmp_path / "run"
-    copy.mkdir()
-    for name in ("rows.csv", "calls.csv", "config.json"):
-        (copy / name).write_bytes((out / name).read_bytes())
+    copy = _copy_run(result[0], tmp_path / "run")
     cfg = json.loads((copy / "config.json").read_text())
     assert cfg["sim"]["ilp_pool"] == {"size": bench.ilp.POOL_SIZE, "gap": bench.ilp.POOL_GAP,
                                       "budget": "as many as the decision's time limit allows"}
@@ -151,11 +155,7 @@ def test_render_describes_the_run_as_recorded_not_todays_code(bench, result, tmp
 
 
 def test_a_rendered_note_is_recorded_for_the_next_render(bench, result, tmp_path):
-    out, _ = result
-    copy = tmp_path / "run"
-    copy.mkdir()
-    for name in ("rows.csv", "calls.csv", "config.json"):
-        (copy / name).write_bytes((out / name).read_bytes())
+    copy = _copy_run(result[0], tmp_path / "run")
     assert bench.main(["headline.py", "--render", str(copy), "--note", "Sized by hand."]) == 0
     first = (copy / "headline.md").read_text()
     assert "## Sizing\n\nSized by hand.\n" in first
