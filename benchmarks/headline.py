@@ -138,6 +138,22 @@ def real_windows(topo: Topology, path: Path, jobs: int, windows: int) -> tuple[l
     return cases, list(load.report)
 
 
+def floors(topo: Topology, case: Case) -> dict:
+    """Bounds on ``case`` for a planner whose plans are no faster than SpinSearch's for each job alone on
+    the empty topology (the sizing's plans; in `bench planner` as fast as or faster than each plan
+    `ilp-topo` proved optimal): every job run from its arrival on that plan, with no queue, no other job's
+    load and no overhead. The mean of those run times is a floor under avg JCT, the span from the first
+    arrival to the last such end a floor under the makespan, and every job's tokens over that span a
+    ceiling on throughput (all jobs done). A job no plan fits counts at the compute-only bound."""
+    sizer = sizer_for(topo)
+    run = [sizer(j) / j.gpus if sizer.run_s(j) is None else sizer.run_s(j) for j in case.jobs]
+    first = min(j.arrival_s for j in case.jobs)
+    span = max(j.arrival_s + r for j, r in zip(case.jobs, run)) - first
+    tokens = sum(j.iterations * j.tokens_per_iteration for j in case.jobs)
+    return {"jct_floor_s": statistics.fmean(run), "makespan_floor_s": span,
+            "throughput_ceiling_tokens_per_s": tokens / span}
+
+
 # ---------------------------------------------------------------- runs
 @contextlib.contextmanager
 def timed_planner(name: str, calls: list[tuple[str, float]]) -> Iterator[None]:
@@ -295,6 +311,44 @@ def overhead_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def ceiling_rows(rows: Sequence[dict], cases: Sequence[dict]) -> list[dict]:
+    """Per (topology, load, planner): over seeds, the geometric mean of the planner's avg JCT / the case's
+    floor and of the case's throughput ceiling / the planner's throughput (:func:`floors`; 1 = at the floor).
+    A baseline's figure is also the largest ratio any planner could show against it there."""
+    floor = {(c["topology"], c["load"], c["seed"]): c for c in cases if "jct_floor_s" in c}
+    out = []
+    for topo, load, planner in dict.fromkeys((r["topology"], r["load"], r["planner"]) for r in rows):
+        jct, thr = [], []
+        for r in rows:
+            f = floor.get((r["topology"], r["load"], r["seed"]))
+            if (r["topology"], r["load"], r["planner"]) != (topo, load, planner) or f is None:
+                continue
+            if r["avg_jct_s"] and r["throughput_tokens_per_s"]:
+                jct.append(r["avg_jct_s"] / f["jct_floor_s"])
+                thr.append(f["throughput_ceiling_tokens_per_s"] / r["throughput_tokens_per_s"])
+        if jct:
+            out.append({"topology": topo, "load": load, "planner": planner, "seeds": len(jct),
+                        "jct": log_interval(jct)[0], "thr": log_interval(thr)[0]})
+    return out
+
+
+def ceiling_table(ceilings: Sequence[dict], ratios: Sequence[dict]) -> str:
+    """SpinSearch's distance to the floors, and per baseline the ratio shown against the most any planner could."""
+    mine = {(c["topology"], c["load"], c["planner"]): c for c in ceilings}
+    lines = ["| topology | load | vs | SpinSearch avg JCT / floor | baseline's | JCT x shown | JCT x ceiling "
+             "| SpinSearch throughput: ceiling / it | baseline's | throughput x shown | throughput x ceiling |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in ratios:
+        ref = mine.get((r["topology"], r["load"], r["reference"]))
+        b = mine.get((r["topology"], r["load"], r["other"]))
+        if ref is None or b is None:
+            continue
+        lines.append(f"| {r['topology']} | {r['load']} | {r['other']} | {ref['jct']:.3f} | {b['jct']:.3f} | "
+                     f"{_x(r['jct'])} | {_x(b['jct'])} | {ref['thr']:.3f} | {b['thr']:.3f} | {_x(r['thr'])} | "
+                     f"{_x(b['thr'])} |")
+    return "\n".join(lines)
+
+
 def completion_table(rows: Sequence[dict]) -> str:
     lines = ["| topology | load | planner | completed / jobs (all seeds) | rejected | offered load (mean) "
              "| avg JCT (h, mean over seeds) | throughput (tokens/s, mean over seeds) |",
@@ -368,6 +422,18 @@ def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
                   f"to its first job), replayed on {config['real']['topology']}; the 'seed' is the window.", ""]
     placement_only = ratio_rows(rows, reference=ABLATION)
     parts += ["## SpinSearch vs the baselines", "", ratio_table(ratios), ""]
+    ceilings = ceiling_rows(rows, config.get("cases", []))
+    if ceilings:
+        parts += ["## How far from what any planner could show", "",
+                  "Floors per trace (`floors` in benchmarks/headline.py, in config.json's cases): every job run from "
+                  "its arrival on SpinSearch's plan for it alone on the empty topology, with no queue, no other "
+                  "job's load and no overhead; the avg JCT floor is the mean of those run times, the throughput "
+                  "ceiling every job's tokens over the span from the first arrival to the last such end. Per "
+                  "planner the geometric mean over seeds of its avg JCT / the floor and of the ceiling / its "
+                  "throughput (1 = at the floor; a plan alone is a prediction, so a replay can land a little "
+                  "under 1). A baseline's figure is the largest ratio any planner could show against it there "
+                  "(the ceiling), beside the ratio SpinSearch shows.", "",
+                  ceiling_table(ceilings, ratios), ""]
     if placement_only:
         parts += ["## SpinSearch without admission vs the baselines", "",
                   "The same ratios against `spinsearch-nowait`: placement, plans and overhead alone, every "
@@ -511,8 +577,9 @@ def run_benchmark(out: Path, *, seeds: tuple[int, dict[str, int]], jobs: tuple[i
                                        "SpinSearch plans it alone on the empty topology (PlannedGpuTime); max_gpus = min(512, GPUs rounded down to a power of 2)"},
               "real": real_cfg, "note": note,
               "cases": [{"topology": c.topology, "load": c.load, "seed": c.seed, "jobs": len(c.jobs),
-                         "offered_load": c.offered_load, "mean_interarrival_s": c.mean_interarrival_s}
-                        for _, c in cases]}
+                         "offered_load": c.offered_load, "mean_interarrival_s": c.mean_interarrival_s,
+                         **floors(t, c)}
+                        for t, c in cases]}
     with open(out / "calls.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(("topology", "load", "seed", "planner", "job_id", "call_s"))

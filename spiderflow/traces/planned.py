@@ -36,16 +36,26 @@ class PlannedGpuTime:
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
         self.flops_per_gpu = mean_achieved_flops(topology)
-        self._per_iteration: dict[tuple, float | None] = {}  # shape -> GPUs x iteration s (None: no plan)
+        # shape -> (the plan's GPUs, its iteration s), None where no plan fits
+        self._plans: dict[tuple, tuple[int, float] | None] = {}
         self.unplanned: set[tuple] = set()
 
-    def gpu_seconds_per_iteration(self, job: Job) -> float | None:
+    def _alone(self, job: Job) -> tuple[int, float] | None:
         shape = (job.model, job.gpus, job.global_batch, job.seq_len)
-        if shape not in self._per_iteration:
-            self._per_iteration[shape] = self._plan(job)
-        return self._per_iteration[shape]
+        if shape not in self._plans:
+            self._plans[shape] = self._plan(job)
+        return self._plans[shape]
 
-    def _plan(self, job: Job) -> float | None:
+    def gpu_seconds_per_iteration(self, job: Job) -> float | None:
+        alone = self._alone(job)
+        return None if alone is None else alone[0] * alone[1]
+
+    def run_s(self, job: Job) -> float | None:
+        """Seconds ``job`` runs on SpinSearch's plan for it alone on the empty topology (None: no plan fits)."""
+        alone = self._alone(job)
+        return None if alone is None else job.iterations * alone[1]
+
+    def _plan(self, job: Job) -> tuple[int, float] | None:
         from spiderflow.placement import PlacementRequest, run_planner
 
         free = {c.name: c.total_gpus for c in self.topology.clusters}
@@ -53,7 +63,7 @@ class PlannedGpuTime:
             result = run_planner("spinsearch", PlacementRequest(job=job, topology=self.topology, free_gpus=free))
         except InfeasiblePlan:
             return None
-        return sum(result.placement.gpus.values()) * result.prediction.iteration_s
+        return sum(result.placement.gpus.values()), result.prediction.iteration_s
 
     def __call__(self, job: Job) -> float:
         per_iteration = self.gpu_seconds_per_iteration(job)

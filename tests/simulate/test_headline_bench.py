@@ -162,3 +162,46 @@ def test_a_rendered_note_is_recorded_for_the_next_render(bench, result, tmp_path
     assert json.loads((copy / "config.json").read_text())["note"] == "Sized by hand."
     assert bench.main(["headline.py", "--render", str(copy)]) == 0
     assert (copy / "headline.md").read_text() == first
+
+
+def test_floors_are_each_jobs_run_alone_from_its_arrival(bench):
+    """The floors of a two-job case, checked against SpinSearch's plans asked directly."""
+    from spiderflow.placement import PlacementRequest, run_planner
+    from spiderflow.topology import load_topology
+    from spiderflow.workload import Job
+
+    topo = load_topology(REPO / "topologies/paper8.yaml")
+    jobs = (Job(job_id="a", arrival_s=100.0, model="gpt3-1.3b", gpus=16, iterations=50, global_batch=64, seq_len=1024),
+            Job(job_id="b", arrival_s=400.0, model="gpt3-350m", gpus=8, iterations=20, global_batch=32, seq_len=1024))
+    case = bench.Case(topology=topo.name, load="0.5", seed=0, jobs=jobs, offered_load=0.5, mean_interarrival_s=300.0)
+    free = {c.name: c.total_gpus for c in topo.clusters}
+    run = [j.iterations * run_planner("spinsearch", PlacementRequest(job=j, topology=topo, free_gpus=free))
+           .prediction.iteration_s for j in jobs]
+    f = bench.floors(topo, case)
+    assert f["jct_floor_s"] == pytest.approx(sum(run) / 2)
+    span = max(100.0 + run[0], 400.0 + run[1]) - 100.0
+    assert f["makespan_floor_s"] == pytest.approx(span)
+    tokens = sum(j.iterations * j.global_batch * j.seq_len for j in jobs)
+    assert f["throughput_ceiling_tokens_per_s"] == pytest.approx(tokens / span)
+
+
+def test_no_replay_beats_its_floor_and_the_ceiling_table_agrees(result):
+    out, _ = result
+    cfg = json.loads((out / "config.json").read_text())
+    floor = {c["seed"]: c for c in cfg["cases"]}
+    ratios = {}
+    for r in _rows(out):
+        f = floor[int(r["seed"])]
+        jct = float(r["avg_jct_s"]) / f["jct_floor_s"]
+        thr = f["throughput_ceiling_tokens_per_s"] / float(r["throughput_tokens_per_s"])
+        assert jct > 0.99 and thr > 0.99, (r["planner"], jct, thr)  # a prediction: a replay may land just under
+        ratios.setdefault(r["planner"], []).append((jct, thr))
+    gmean = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
+    text = (out / "headline.md").read_text()
+    table = text[text.index("## How far from what any planner could show"):].splitlines()
+    line = next(ln for ln in table if ln.startswith("| paper8 | 0.5 | blind |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3] == f"{gmean([j for j, _ in ratios['spinsearch']]):.3f}"
+    assert cells[4] == f"{gmean([j for j, _ in ratios['blind']]):.3f}"
+    assert cells[7] == f"{gmean([t for _, t in ratios['spinsearch']]):.3f}"
+    assert cells[8] == f"{gmean([t for _, t in ratios['blind']]):.3f}"
