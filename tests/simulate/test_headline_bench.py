@@ -205,3 +205,9 @@ def test_no_replay_beats_its_floor_and_the_ceiling_table_agrees(result):
     assert cells[4] == f"{gmean([j for j, _ in ratios['blind']]):.3f}"
     assert cells[7] == f"{gmean([t for _, t in ratios['spinsearch']]):.3f}"
     assert cells[8] == f"{gmean([t for _, t in ratios['blind']]):.3f}"
+
+
+def test_a_goal_out_of_any_planners_reach_says_so(bench):
+    row = {"jct": 1.2, "thr": 1.07, "jct_min": 1.0, "thr_min": 1.0}
+    assert bench.goal(row) == "missed: JCT 1.20x < 1.3x; thr 1.07x < 1.25x"
+    assert bench.goal(row, {"jct": 1.95, "thr": 1.074}) == "missed: JCT 1.20x < 1.3x; thr 1.07x < 1.25x (ceiling 1.07x)"
