@@ -16,7 +16,10 @@ set replays windows of consecutive jobs of the real Alibaba v2023 sample
 
 For each topology, load and baseline B, per seed: B's avg JCT / SpinSearch's
 and SpinSearch's throughput / B's (> 1: SpinSearch is better); over seeds the
-geometric mean with a 95% t-interval on the log ratios, and the minimum.
+geometric mean with a 95% t-interval on the log ratios, and the minimum. Per
+trace also a floor under avg JCT and a ceiling on throughput (:func:`floors`:
+every job run from its arrival on its plan alone): how far each planner is
+from them, and so the most any planner could show against B there.
 
     .venv/bin/python benchmarks/headline.py [--out DIR] [--seeds 5[,geo64=3]] [--jobs 12[,geo64=8]]
         [--topologies topologies/paper8.yaml,topologies/geo64.yaml] [--loads 0.5,0.7,0.9]
