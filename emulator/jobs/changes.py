@@ -128,10 +128,11 @@ class ReplayChanges:
             return
         placement = found[0]
         new_s = r.predict_on(placement.plan, j)
-        cost, until = self._resume_s(j), self._until_iteration_s(j)
+        left = r.iterations_left(j)  # its ranks' lines, read once for what follows
+        iterated = self._iterated(j, left)
+        cost, until = self._resume_s(j, iterated=iterated), self._until_iteration_s(j, iterated)
         startup = startup_s(placement.plan, r.topo, r.k)
         delay = move_delay_s(cost, startup, until)
-        left = r.iterations_left(j)
         saved = left * (now_s - new_s)
         if saved <= delay:
             return  # the move would not pay for itself
@@ -143,24 +144,27 @@ class ReplayChanges:
             f"{why}; on {placement_text(placement.segments)} {new_s:.3f} s/iteration saves {saved:.1f} s "
             f"over its {left} iterations left, more than {than}"))
 
-    def _iterated(self, j) -> bool:
-        """Whether running ``j``'s ranks of this attempt finished an iteration (by their lines here)."""
+    def _iterated(self, j, left: int | None = None) -> bool:
+        """Whether running ``j``'s ranks of this attempt finished an iteration (by their lines here;
+        ``left``: its ``iterations_left``, where the caller has read them already)."""
+        if j.pending is not None:
+            return False
         r = self.runner
-        return j.pending is None and r.iterations_left(j) < r.cfg.iterations - j.done_before
+        return (r.iterations_left(j) if left is None else left) < r.cfg.iterations - j.done_before
 
-    def _resume_s(self, j, notice_s: float = 0.0) -> float:
+    def _resume_s(self, j, notice_s: float = 0.0, *, iterated: bool | None = None) -> float:
         """:func:`~spiderflow.simulate.changes.resume_cost_s` of running ``j`` stopped or moved now."""
-        iterated = self._iterated(j)
+        iterated = self._iterated(j) if iterated is None else iterated
         restart_left = max(0.0, j.launch_at - self.runner.now()) if j.pending is not None else 0.0
         return resume_cost_s(j.job, iterated=iterated, trained=iterated or j.done_before > 0,
                              restart_left_s=restart_left, notice_s=notice_s)
 
-    def _until_iteration_s(self, j) -> float:
+    def _until_iteration_s(self, j, iterated: bool) -> float:
         """Real-equivalent seconds running ``j`` had still to wait for its next iteration where it is: the
         rest of a restart cost its ranks wait out, then their predicted start-up (``startup_s``), or of
-        that start-up once they launched; 0 once they iterate."""
+        that start-up once they launched; 0 once they iterate (``iterated``: :meth:`_iterated`)."""
         r = self.runner
-        if self._iterated(j) or (j.pending is None and j.launched_t is None):
+        if iterated or (j.pending is None and j.launched_t is None):
             return 0.0
         startup = startup_s(j.plan, r.topo, r.k)
         if j.pending is not None:
