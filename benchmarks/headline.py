@@ -149,7 +149,7 @@ def floors(topo: Topology, case: Case) -> dict:
     arrival to the last such end a floor under the makespan, and every job's tokens over that span a
     ceiling on throughput (all jobs done). A job no plan fits counts at the compute-only bound."""
     sizer = sizer_for(topo)
-    run = [sizer(j) / j.gpus if sizer.run_s(j) is None else sizer.run_s(j) for j in case.jobs]
+    run = [alone if (alone := sizer.run_s(j)) is not None else sizer(j) / j.gpus for j in case.jobs]
     first = min(j.arrival_s for j in case.jobs)
     span = max(j.arrival_s + r for j, r in zip(case.jobs, run)) - first
     tokens = sum(j.iterations * j.tokens_per_iteration for j in case.jobs)
@@ -324,20 +324,16 @@ def ceiling_rows(rows: Sequence[dict], cases: Sequence[dict]) -> list[dict]:
     floor and of the case's throughput ceiling / the planner's throughput (:func:`floors`; 1 = at the floor).
     A baseline's figure is also the largest ratio any planner could show against it there."""
     floor = {(c["topology"], c["load"], c["seed"]): c for c in cases if "jct_floor_s" in c}
-    out = []
-    for topo, load, planner in dict.fromkeys((r["topology"], r["load"], r["planner"]) for r in rows):
-        jct, thr = [], []
-        for r in rows:
-            f = floor.get((r["topology"], r["load"], r["seed"]))
-            if (r["topology"], r["load"], r["planner"]) != (topo, load, planner) or f is None:
-                continue
-            if r["avg_jct_s"] and r["throughput_tokens_per_s"]:
-                jct.append(r["avg_jct_s"] / f["jct_floor_s"])
-                thr.append(f["throughput_ceiling_tokens_per_s"] / r["throughput_tokens_per_s"])
-        if jct:
-            out.append({"topology": topo, "load": load, "planner": planner, "seeds": len(jct),
-                        "jct": log_interval(jct)[0], "thr": log_interval(thr)[0]})
-    return out
+    by: dict[tuple, list[tuple[float, float]]] = {}  # (topology, load, planner) -> per seed (JCT, throughput)
+    for r in rows:
+        f = floor.get((r["topology"], r["load"], r["seed"]))
+        if f is not None and r["avg_jct_s"] and r["throughput_tokens_per_s"]:
+            jct = r["avg_jct_s"] / f["jct_floor_s"]
+            thr = f["throughput_ceiling_tokens_per_s"] / r["throughput_tokens_per_s"]
+            by.setdefault((r["topology"], r["load"], r["planner"]), []).append((jct, thr))
+    return [{"topology": topo, "load": load, "planner": planner, "seeds": len(xs),
+             "jct": log_interval([j for j, _ in xs])[0], "thr": log_interval([t for _, t in xs])[0]}
+            for (topo, load, planner), xs in by.items()]
 
 
 def ceiling_table(ceilings: Sequence[dict], ratios: Sequence[dict]) -> str:
