@@ -1,0 +1,83 @@
+"""Lower bounds on a trace's completion times that no non-preemptive schedule can beat.
+
+Each job is (arrival, run time, GPUs), its run time the fastest any planner is
+granted for it (benchmarks/headline.py: SpinSearch's plan for it alone on the
+empty topology). Without a queue every job ends at its arrival plus its run
+time. Some jobs cannot share the topology with any other job of the trace
+(``exclusive``: its GPUs and any other job's exceed the topology's), e.g. a
+128-GPU pretraining run on paper8's 128 GPUs: every job that arrives while it
+runs waits for its end, or it waits for theirs. :func:`schedule_floors` keeps
+exactly that constraint and drops every other (non-exclusive jobs never delay
+one another): exclusive jobs run one at a time, each from its arrival or
+later, and every other job runs, as early as it can from its arrival, where no
+exclusive job is running. The minimum over every order and start time of the
+exclusive jobs, of the sum of completions and, apart, of the last completion,
+bounds any real schedule's from below (an offline minimum: it may start an
+exclusive job later for jobs that have not arrived yet, which no online
+scheduler knows of).
+
+At a minimum each exclusive job starts at its earliest start (its arrival or
+the previous exclusive job's end) or at the end of a job that fits in the gap
+before it: moved any earlier, that job no longer fits; anywhere between two
+such times, starting it earlier only lowers every completion. So only those
+start times are tried: (n + 1)^k per order of k exclusive jobs among n. At
+most :data:`MAX_EXCLUSIVE` are kept (the longest); the others count as
+non-exclusive, which drops constraints and keeps the bound valid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MAX_EXCLUSIVE = 3  # exclusive jobs ordered and placed exactly (k! (n + 1)^k start times at most)
+
+
+@dataclass(frozen=True)
+class ScheduleFloors:
+    completion_sum_s: float  # the sum of the jobs' completion times (JCT floor: minus the arrivals, over n)
+    last_end_s: float  # the last completion (makespan floor: minus the first arrival)
+    exclusive: int  # the exclusive jobs ordered exactly
+
+
+def exclusive_jobs(gpus: Sequence[int], total_gpus: int) -> list[int]:
+    """Indices of the jobs that cannot run beside any other job: their GPUs plus any other's exceed the
+    topology's (with one job, none: it has nobody to exclude)."""
+    if len(gpus) < 2:
+        return []
+    order = sorted(range(len(gpus)), key=lambda i: gpus[i])
+    smallest, second = gpus[order[0]], gpus[order[1]]
+    return [i for i, g in enumerate(gpus) if g + (second if i == order[0] else smallest) > total_gpus]
+
+
+def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int) -> ScheduleFloors:
+    """Floors under the sum of completions and the last completion of ``jobs`` (arrival s, run s, GPUs)
+    on ``total_gpus`` GPUs (module docstring)."""
+    if not jobs:
+        raise ValueError("schedule_floors: no jobs")
+    excl = exclusive_jobs([g for _, _, g in jobs], total_gpus)
+    excl = sorted(excl, key=lambda i: -jobs[i][1])[:MAX_EXCLUSIVE]
+    keep = set(excl)
+    others = [(a, r) for i, (a, r, _) in enumerate(jobs) if i not in keep]
+    best = [math.inf, math.inf]  # sum of completions, last completion
+
+    def place(order: tuple[int, ...], m: int, prev_end: float, left: list[tuple[float, float]],
+              total: float, last: float) -> None:
+        if m == len(order):
+            ends = [max(a, prev_end) + r for a, r in left]
+            best[0] = min(best[0], total + sum(ends))
+            best[1] = min(best[1], max([last, *ends]))
+            return
+        arrival, run = jobs[order[m]][:2]
+        ends = {j: max(a, prev_end) + r for j, (a, r) in enumerate(left)}  # each one's earliest, in the gap before it
+        lo = max(arrival, prev_end)
+        for start in {lo, *(e for e in ends.values() if e > lo)}:
+            fit = [e for e in ends.values() if e <= start]
+            rest = [job for j, job in enumerate(left) if ends[j] > start]
+            place(order, m + 1, start + run, rest, total + sum(fit) + start + run, max([last, start + run, *fit]))
+
+    for order in itertools.permutations(excl):
+        place(order, 0, -math.inf, others, 0.0, -math.inf)
+    return ScheduleFloors(completion_sum_s=best[0], last_end_s=best[1], exclusive=len(excl))

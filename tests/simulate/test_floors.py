@@ -1,0 +1,99 @@
+"""Floors under a trace's completions (spiderflow.simulate.floors): checked by hand, against an
+exhaustive search over every assignment of jobs to the gaps between exclusive jobs, and against
+real replays on paper8."""
+
+import itertools
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from spiderflow.simulate.engine import SimConfig, simulate
+from spiderflow.simulate.floors import MAX_EXCLUSIVE, exclusive_jobs, schedule_floors
+from spiderflow.topology import load_topology
+from spiderflow.traces.planned import PlannedGpuTime
+from spiderflow.workload import Job
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_without_exclusive_jobs_every_job_ends_at_its_arrival_plus_its_run():
+    jobs = [(0.0, 10.0, 8), (5.0, 2.0, 16), (3.0, 7.0, 8)]
+    f = schedule_floors(jobs, 128)
+    assert (f.completion_sum_s, f.last_end_s, f.exclusive) == (10.0 + 7.0 + 10.0, 10.0, 0)
+
+
+def test_a_job_arriving_during_a_whole_topology_run_waits_or_the_run_waits_for_it():
+    # the 128-GPU run arrives at 0 for 100 s; an 8-GPU job arrives at 10 for 5 s. Started at once, the run ends
+    # at 100 and the job at 105 (sum 205); started at 15, after the job, 10 + 5 and 115 (sum 130, last 115)
+    f = schedule_floors([(0.0, 100.0, 128), (10.0, 5.0, 8)], 128)
+    assert (f.completion_sum_s, f.last_end_s, f.exclusive) == (130.0, 105.0, 2)
+    # a job that leaves room for the other is not exclusive: 64 + 64 GPUs fit on 128
+    assert exclusive_jobs([64, 64, 8], 128) == []
+    assert exclusive_jobs([128, 64, 8], 128) == [0]
+    assert exclusive_jobs([124, 8, 16], 128) == [0]  # not even the smallest other job fits beside it
+    assert exclusive_jobs([128], 128) == []
+
+
+def _exhaustive(jobs, total):
+    """The same relaxation by brute force: every order of the exclusive jobs and every assignment of each
+    other job to a gap (before the m-th exclusive job, or after the last); given those, every start as early
+    as it can be."""
+    excl = exclusive_jobs([g for _, _, g in jobs], total)
+    others = [j for i, j in enumerate(jobs) if i not in excl]
+    best_sum = best_last = math.inf
+    for order in itertools.permutations(excl):
+        for gaps in itertools.product(range(len(order) + 1), repeat=len(others)):
+            ends, prev_end = [], -math.inf
+            for m in range(len(order) + 1):
+                mine = [max(a, prev_end) + r for (a, r, _), g in zip(others, gaps) if g == m]
+                ends += mine
+                if m < len(order):
+                    a, r, _ = jobs[order[m]]
+                    prev_end = max([a, prev_end, *mine]) + r
+                    ends.append(prev_end)
+            best_sum, best_last = min(best_sum, sum(ends)), min(best_last, max(ends))
+    return best_sum, best_last
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_equal_to_an_exhaustive_search_on_small_traces(seed):
+    rng = random.Random(seed)
+    jobs = [(rng.choice([0.0, rng.uniform(0, 100)]), rng.uniform(1, 60), rng.choice([8, 16, 64, 128]))
+            for _ in range(rng.randint(2, 7))]
+    if sum(g == 128 for _, _, g in jobs) > MAX_EXCLUSIVE:
+        jobs = [(a, r, 8 if g == 128 else g) for a, r, g in jobs[:2]] + jobs[2:]
+    f = schedule_floors(jobs, 128)
+    assert (f.completion_sum_s, f.last_end_s) == pytest.approx(_exhaustive(jobs, 128), rel=1e-12)
+    assert f.completion_sum_s >= sum(a + r for a, r, _ in jobs) - 1e-9  # never below the queue-less floor
+
+
+def test_more_exclusive_jobs_than_ordered_exactly_keeps_a_valid_bound():
+    jobs = [(10.0 * i, 50.0 + i, 128) for i in range(MAX_EXCLUSIVE + 2)]
+    f = schedule_floors(jobs, 128)
+    assert f.exclusive == MAX_EXCLUSIVE
+    # run one after another in arrival order, the real minimum; the bound is below it and above no queue
+    end, total = 0.0, 0.0
+    for a, r, _ in jobs:
+        end = max(end, a) + r
+        total += end
+    assert sum(a + r for a, r, _ in jobs) < f.completion_sum_s <= total + 1e-9
+
+
+def test_no_replay_on_paper8_ends_its_jobs_sooner_than_the_floors():
+    """A 128-GPU run among small jobs on paper8's 128 GPUs, replayed by SpinSearch and the topology-blind
+    baseline: neither's sum of completions nor last end is below the floors (within a prediction's 1%)."""
+    topo = load_topology(REPO / "topologies/paper8.yaml")
+    jobs = (Job(job_id="pre", arrival_s=0.0, model="gpt3-1.3b", gpus=128, iterations=400, global_batch=512,
+                seq_len=1024),
+            Job(job_id="a", arrival_s=60.0, model="gpt3-350m", gpus=8, iterations=40, global_batch=32, seq_len=1024),
+            Job(job_id="b", arrival_s=90.0, model="gpt3-1.3b", gpus=16, iterations=30, global_batch=64, seq_len=1024))
+    sizer = PlannedGpuTime(topo)
+    f = schedule_floors([(j.arrival_s, sizer.run_s(j), j.gpus) for j in jobs], topo.total_gpus)
+    assert f.exclusive == 1 and f.completion_sum_s > sum(j.arrival_s + sizer.run_s(j) for j in jobs)
+    for planner in ("spinsearch", "blind"):
+        recs = simulate(topo, jobs, SimConfig(planner=planner))
+        assert all(r.completed for r in recs)
+        assert sum(r.end_s for r in recs) >= 0.99 * f.completion_sum_s, planner
+        assert max(r.end_s for r in recs) >= 0.99 * f.last_end_s, planner
