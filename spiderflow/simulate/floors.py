@@ -14,7 +14,8 @@ exclusive job is running. The minimum over every order and start time of the
 exclusive jobs, of the sum of completions and, apart, of the last completion,
 bounds any real schedule's from below (an offline minimum: it may start an
 exclusive job later for jobs that have not arrived yet, which no online
-scheduler knows of).
+scheduler knows of). ``foresight=False`` gives the minimum over the schedules
+that never do that: how far a replay is from what an online scheduler can reach.
 
 At a minimum each exclusive job starts at its earliest start (its arrival or
 the previous exclusive job's end) or at the end of a job that fits in the gap
@@ -52,9 +53,13 @@ def exclusive_jobs(gpus: Sequence[int], total_gpus: int) -> list[int]:
     return [i for i, g in enumerate(gpus) if g + (second if i == order[0] else smallest) > total_gpus]
 
 
-def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int) -> ScheduleFloors:
+def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int,
+                    foresight: bool = True) -> ScheduleFloors:
     """Floors under the sum of completions and the last completion of ``jobs`` (arrival s, run s, GPUs)
-    on ``total_gpus`` GPUs (module docstring)."""
+    on ``total_gpus`` GPUs (module docstring). Without ``foresight``, the floors of the schedules that never
+    hold an exclusive job back for a job that has not arrived yet: it starts at its earliest start or when
+    jobs that had arrived by then end, and it waits for no exclusive job that arrives after it could start
+    (not a floor for every schedule: how far a replay is from the schedules an online scheduler can make)."""
     if not jobs:
         raise ValueError("schedule_floors: no jobs")
     excl = exclusive_jobs([g for _, _, g in jobs], total_gpus)
@@ -71,9 +76,11 @@ def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int) -
             best[1] = min(best[1], max([last, *ends]))
             return
         arrival, run = jobs[order[m]][:2]
+        if not foresight and arrival > prev_end and any(jobs[w][0] < arrival for w in order[m + 1:]):
+            return  # an exclusive job that had arrived would wait for this one to arrive
         ends = {j: max(a, prev_end) + r for j, (a, r) in enumerate(left)}  # each one's earliest, in the gap before it
         lo = max(arrival, prev_end)
-        for start in {lo, *(e for e in ends.values() if e > lo)}:
+        for start in {lo, *(e for j, e in ends.items() if e > lo and (foresight or left[j][0] <= lo))}:
             fit = [e for e in ends.values() if e <= start]
             rest = [job for j, job in enumerate(left) if ends[j] > start]
             place(order, m + 1, start + run, rest, total + sum(fit) + start + run, max([last, start + run, *fit]))

@@ -36,24 +36,34 @@ def test_a_job_arriving_during_a_whole_topology_run_waits_or_the_run_waits_for_i
     assert exclusive_jobs([128], 128) == []
 
 
-def _exhaustive(jobs, total):
+def _exhaustive(jobs, total, foresight=True):
     """The same relaxation by brute force: every order of the exclusive jobs and every assignment of each
     other job to a gap (before the m-th exclusive job, or after the last); given those, every start as early
-    as it can be."""
+    as it can be. Without foresight an exclusive job waits only for jobs that had arrived by its earliest
+    start (one that arrives later must end before it starts), and never waits for another exclusive job to
+    arrive while one that had arrived waits."""
     excl = exclusive_jobs([g for _, _, g in jobs], total)
     others = [j for i, j in enumerate(jobs) if i not in excl]
     best_sum = best_last = math.inf
     for order in itertools.permutations(excl):
         for gaps in itertools.product(range(len(order) + 1), repeat=len(others)):
-            ends, prev_end = [], -math.inf
+            ends, prev_end, ok = [], -math.inf, True
             for m in range(len(order) + 1):
-                mine = [max(a, prev_end) + r for (a, r, _), g in zip(others, gaps) if g == m]
-                ends += mine
+                mine = [(a, max(a, prev_end) + r) for (a, r, _), g in zip(others, gaps) if g == m]
+                ends += [e for _, e in mine]
                 if m < len(order):
                     a, r, _ = jobs[order[m]]
-                    prev_end = max([a, prev_end, *mine]) + r
+                    lo = max(a, prev_end)
+                    if foresight:
+                        start = max([lo, *(e for _, e in mine)])
+                    else:
+                        start = max([lo, *(e for aj, e in mine if aj <= lo)])
+                        held = a > prev_end and any(jobs[w][0] < a for w in order[m + 1:])
+                        ok = ok and not held and all(e <= start for _, e in mine)
+                    prev_end = start + r
                     ends.append(prev_end)
-            best_sum, best_last = min(best_sum, sum(ends)), min(best_last, max(ends))
+            if ok:
+                best_sum, best_last = min(best_sum, sum(ends)), min(best_last, max(ends))
     return best_sum, best_last
 
 
@@ -67,6 +77,18 @@ def test_equal_to_an_exhaustive_search_on_small_traces(seed):
     f = schedule_floors(jobs, 128)
     assert (f.completion_sum_s, f.last_end_s) == pytest.approx(_exhaustive(jobs, 128), rel=1e-12)
     assert f.completion_sum_s >= sum(a + r for a, r, _ in jobs) - 1e-9  # never below the queue-less floor
+    online = schedule_floors(jobs, 128, foresight=False)
+    assert (online.completion_sum_s, online.last_end_s) == pytest.approx(_exhaustive(jobs, 128, False), rel=1e-12)
+    assert online.completion_sum_s >= f.completion_sum_s - 1e-9 and online.last_end_s >= f.last_end_s - 1e-9
+
+
+def test_without_foresight_a_whole_topology_run_does_not_wait_for_a_job_yet_to_arrive():
+    # the run arrives at 0 for 100 s, a job at 10 for 5 s: holding the run until 15 is foresight; without it
+    # the run starts at 0 and the job waits for its end (100 + 105); a job there at 0 for 30 s it may wait for
+    jobs = [(0.0, 100.0, 128), (10.0, 5.0, 8)]
+    assert schedule_floors(jobs, 128, foresight=False).completion_sum_s == 205.0
+    jobs = [(1.0, 100.0, 128), (0.0, 30.0, 8)]  # waiting for it: 30 + 130; not waiting: 101 + 131
+    assert schedule_floors(jobs, 128, foresight=False).completion_sum_s == 160.0
 
 
 def test_more_exclusive_jobs_than_ordered_exactly_keeps_a_valid_bound():
