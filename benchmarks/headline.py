@@ -61,7 +61,7 @@ from spiderflow.errors import ConfigError
 from spiderflow.provenance import provenance
 from spiderflow.scheduling import DEFAULT_TIME_LIMIT_S
 from spiderflow.simulate.engine import SimConfig, simulate
-from spiderflow.simulate.floors import schedule_floors
+from spiderflow.simulate.floors import trace_floors
 from spiderflow.simulate.metrics import SUMMARY_KEYS, summarise
 from spiderflow.topology import Topology, load_topology
 from spiderflow.traces import generate_trace, load_trace
@@ -146,29 +146,16 @@ def real_windows(topo: Topology, path: Path, jobs: int, windows: int) -> tuple[l
 def floors(topo: Topology, case: Case) -> dict:
     """Bounds on ``case`` for a planner whose plans are no faster than SpinSearch's for each job alone on
     the empty topology (the sizing's plans; in `bench planner` as fast as or faster than each plan
-    `ilp-topo` proved optimal): every job run on that plan from its arrival or later, with no other job's
-    load and no overhead, where the only queue kept is a job that cannot share the topology with any other
-    (``schedule_floors``: e.g. a 128-GPU run on paper8, which the jobs arriving during it wait for, or it for
-    them; every other job runs from its arrival). The least avg JCT of such schedules is a floor under avg
-    JCT, the least span from the first arrival to the last end a floor under the makespan, and every job's
-    tokens over that span a ceiling on throughput (all jobs done). A job no plan fits counts at the
-    compute-only bound. ``jct_floor_alone_s`` is the floor without even that queue (the mean run alone);
-    ``jct_floor_online_s`` the floor of the schedules that never hold such a job back for a job that has not
-    arrived yet (``foresight=False``: not a floor for every schedule, but for those an online scheduler makes)."""
-    sizer = sizer_for(topo)
-    run = [alone if (alone := sizer.run_s(j)) is not None else sizer(j) / j.gpus for j in case.jobs]
-    bound = schedule_floors([(j.arrival_s, r, j.gpus) for j, r in zip(case.jobs, run)], topo.total_gpus)
-    first = min(j.arrival_s for j in case.jobs)
-    span = bound.last_end_s - first
-    tokens = sum(j.iterations * j.tokens_per_iteration for j in case.jobs)
-    alone = statistics.fmean(run)
-    arrived = sum(j.arrival_s for j in case.jobs)
-    online = schedule_floors([(j.arrival_s, r, j.gpus) for j, r in zip(case.jobs, run)], topo.total_gpus,
-                             foresight=False) if bound.exclusive else None
-    jct = (bound.completion_sum_s - arrived) / len(case.jobs) if bound.exclusive else alone
-    return {"jct_floor_s": jct, "makespan_floor_s": span, "throughput_ceiling_tokens_per_s": tokens / span,
-            "jct_floor_alone_s": alone, "exclusive_jobs": bound.exclusive,
-            "jct_floor_online_s": (online.completion_sum_s - arrived) / len(case.jobs) if online else alone}
+    `ilp-topo` proved optimal): ``spiderflow.simulate.floors.trace_floors``. Every job runs on that plan
+    from its arrival or later, with no other job's load and no overhead, where the only queue kept is
+    behind a job that cannot share the topology with any other (e.g. a 128-GPU run on paper8: the jobs
+    arriving during it wait for it, or it for them). The least avg JCT of such schedules is a floor under
+    avg JCT, the least span from the first arrival to the last end a floor under the makespan, and every
+    job's tokens over that span a ceiling on throughput (all jobs done). ``jct_floor_alone_s``: the floor
+    without even that queue (the mean run alone); ``jct_floor_online_s``: the floor of the schedules that
+    never hold such a job back for one that has not arrived yet (not a floor for every schedule, but for
+    those an online scheduler makes). A job no plan fits is left out (every planner rejects it)."""
+    return trace_floors(topo, case.jobs) or {}
 
 
 # ---------------------------------------------------------------- runs

@@ -15,6 +15,7 @@ from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, simulate
+from spiderflow.simulate.floors import trace_floors
 from spiderflow.simulate.metrics import (CHANGE_SUMMARY_KEYS, SUMMARY_KEYS, fmt_value, human_count, human_duration, human_pct, jct_cdf_png,
                                         ratio_of, summarise, write_rows)
 from spiderflow.topology import load_topology
@@ -171,7 +172,7 @@ def format_summary(summary: dict) -> str:
                      for key, (label, fmt) in ((k, shown[k]) for k in keys))  # a new key needs a line
 
 
-def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
+def headline(summaries: dict[str, dict], reference: str = "spinsearch", floors: dict | None = None) -> str:
     ref = summaries.get(reference)
     # Every ratio column points one way: > 1 means SpinSearch is better (lower JCT, higher
     # throughput, lower overhead), < 1 that this planner is.
@@ -181,16 +182,41 @@ def headline(summaries: dict[str, dict], reference: str = "spinsearch") -> str:
     changing = any("replanned" in s for s in summaries.values())  # a run with WAN or capacity events
     if changing:
         lines = [lines[0] + " re-planned | lost to changes (h) |", lines[1] + "---:|---:|"]
+    if floors:  # how far each planner is from what any planner could reach (1 = there)
+        lines = [lines[0] + " avg JCT / floor | ceiling / throughput |", lines[1] + "---:|---:|"]
     for name, s in summaries.items():
         jct = ratio_of(s["avg_jct_s"], ref["avg_jct_s"]) if ref else None
         thr = ratio_of(ref["throughput_tokens_per_s"], s["throughput_tokens_per_s"]) if ref else None
         ovh = ratio_of(s["avg_overhead_s"], ref["avg_overhead_s"]) if ref else None
+        if floors:
+            above = ratio_of(s["avg_jct_s"], floors["jct_floor_s"])
+            below = ratio_of(floors["throughput_ceiling_tokens_per_s"], s["throughput_tokens_per_s"])
         lines.append(f"| {name} | {s['completed']}/{s['jobs']} | {fmt_value(s['avg_jct_s'], '.2f', 1 / 3600)} | "
                      f"{fmt_value(s['p95_jct_s'], '.2f', 1 / 3600)} | {fmt_value(s['throughput_tokens_per_s'], '.4g')} | "
                      f"{fmt_value(s['avg_overhead_s'], '.1f', 1e3)} | {fmt_value(jct, '.2f', suffix='x')} | "
                      f"{fmt_value(thr, '.2f', suffix='x')} | {fmt_value(ovh, '.3g', suffix='x')} |"
-                     + (f" {s['replanned']} | {fmt_value(s['lost_s'], '.2f', 1 / 3600)} |" if changing else ""))
+                     + (f" {s['replanned']} | {fmt_value(s['lost_s'], '.2f', 1 / 3600)} |" if changing else "")
+                     + (f" {fmt_value(above, '.2f', suffix='x')} | {fmt_value(below, '.2f', suffix='x')} |"
+                        if floors else ""))
     return "\n".join(lines)
+
+
+def floors_text(floors: dict | None, jobs: int, changing: bool = False) -> str:
+    """What the floor columns compare with, in one paragraph (or why there are none)."""
+    if changing:
+        return ("No floors with WAN or capacity events: a changed link may be faster than the topology's figures, "
+                "which the floors plan on.")
+    if floors is None:
+        return "No floors: no job has a plan on the empty topology."
+    online = ("" if floors["jct_floor_online_s"] == floors["jct_floor_s"] else
+              f" ({human_duration(floors['jct_floor_online_s'])} for a scheduler without foresight)")
+    ceiling = floors["throughput_ceiling_tokens_per_s"]
+    return (f"Floors ({floors['jobs']} of {jobs} jobs, those a plan fits): avg JCT >= "
+            f"{human_duration(floors['jct_floor_s'])}{online}, throughput <= "
+            f"{'n/a' if ceiling is None else human_count(ceiling, 'tokens/s')}, for any planner whose plan for "
+            "a job is no faster than SpinSearch's for it alone on the empty topology: every job runs that long, "
+            "with no other job's load and no overhead, queued only behind a job no other can run beside "
+            "(spiderflow/simulate/floors.py).")
 
 
 def cdf_title(jobs: int, trace: str, topology: str, seed: int) -> str:
@@ -212,19 +238,22 @@ def cmd_compare(args) -> int:
     if out:
         for name in planners:
             write_rows(records[name], out / f"jobs-{name}.csv", changes=_changing(args))
-    table = headline(summaries)
+    floors = None if _changing(args) else trace_floors(topo, jobs, cal)
+    table = headline(summaries, floors=floors)
+    about = floors_text(floors, len(jobs), _changing(args))
     if out:
-        (out / "summary.json").write_text(dumps({"planners": summaries}))
+        (out / "summary.json").write_text(dumps({"planners": summaries, "floors": floors}))
         (out / "config.json").write_text(dumps(_resolved(args, planners)))
         (out / "headline.md").write_text(table + "\n\nEvery ratio > 1 means SpinSearch is better (lower JCT, "
-                                         "higher throughput, lower overhead).\n")
+                                         "higher throughput, lower overhead).\n\n" + about + "\n")
         jct_cdf_png(jcts, out / "jct_cdf.png", cdf_title(len(jobs), args.trace, topo.name, args.seed),
                     jobs=len(jobs))
     if args.json:
-        print(dumps({"planners": summaries}))
+        print(dumps({"planners": summaries, "floors": floors}))
     else:
         print(table)
         print("\nratios > 1: SpinSearch is better (lower JCT, higher throughput, lower overhead)")
+        print(about)
         if out:
             print(f"\nwrote {out}/headline.md, summary.json, jobs-*.csv, jct_cdf.png and .pdf")
     return 0

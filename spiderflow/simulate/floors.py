@@ -21,19 +21,33 @@ At a minimum each exclusive job starts at its earliest start (its arrival or
 the previous exclusive job's end) or at the end of a job that fits in the gap
 before it: moved any earlier, that job no longer fits; anywhere between two
 such times, starting it earlier only lowers every completion. So only those
-start times are tried: (n + 1)^k per order of k exclusive jobs among n. At
-most :data:`MAX_EXCLUSIVE` are kept (the longest); the others count as
-non-exclusive, which drops constraints and keeps the bound valid.
+start times are tried: (n + 1)^k per order of k exclusive jobs among n, each
+pricing the n jobs. At most :data:`MAX_EXCLUSIVE` are kept (the longest), fewer
+where k! (n + 1)^k n passes :data:`WORK` (a long trace); the others count as
+non-exclusive, which drops constraints and keeps the bound valid (with none
+kept, every job ends at its arrival plus its run time).
+
+:func:`trace_floors` gives a trace's floors on a topology, every job's run time
+SpinSearch's plan for it alone on the empty topology (the sizing of ``trace
+generate --load``, :class:`spiderflow.traces.planned.PlannedGpuTime`).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spiderflow.costmodel import NO_CALIBRATION, Calibration
+from spiderflow.topology import Topology
+from spiderflow.traces.planned import PlannedGpuTime
+from spiderflow.workload import Job
+
 MAX_EXCLUSIVE = 3  # exclusive jobs ordered and placed exactly (k! (n + 1)^k start times at most)
+WORK = 20_000_000  # ... fewer where k! (n + 1)^k n passes this (measured: n = 40 and k = 3 0.12 s of CPU,
+#                    200 and 2 0.6 s, 4,000 and 1 0.7 s; 5,000 jobs keep none)
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,10 @@ def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int,
     if not jobs:
         raise ValueError("schedule_floors: no jobs")
     excl = exclusive_jobs([g for _, _, g in jobs], total_gpus)
-    excl = sorted(excl, key=lambda i: -jobs[i][1])[:MAX_EXCLUSIVE]
+    k, n = min(MAX_EXCLUSIVE, len(excl)), len(jobs)
+    while k and math.factorial(k) * (n + 1) ** k * n > WORK:
+        k -= 1
+    excl = sorted(excl, key=lambda i: -jobs[i][1])[:k]
     keep = set(excl)
     others = [(a, r) for i, (a, r, _) in enumerate(jobs) if i not in keep]
     best = [math.inf, math.inf]  # sum of completions, last completion
@@ -88,3 +105,33 @@ def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int,
     for order in itertools.permutations(excl):
         place(order, 0, -math.inf, others, 0.0, -math.inf)
     return ScheduleFloors(completion_sum_s=best[0], last_end_s=best[1], exclusive=len(excl))
+
+
+def trace_floors(topology: Topology, jobs: Sequence[Job], calibration: Calibration = NO_CALIBRATION) -> dict | None:
+    """The floors of replaying ``jobs`` on ``topology`` for a planner whose plans are no faster than SpinSearch's
+    for each job alone on the empty topology (``calibration`` fits the links, as the simulator's): each job
+    runs that long, with no other job's load, no overhead and no start-up, queued only behind a job that no
+    other can run beside (:func:`schedule_floors`). A job no plan fits is left out (every scheduler rejects
+    it); None when no job fits. Keys, in the simulator summary's units (the first arrival is the trace's):
+
+    - ``jct_floor_s``: the least avg JCT; ``jct_floor_online_s``: that of the schedules without foresight;
+      ``jct_floor_alone_s``: the mean run alone (no queue at all);
+    - ``makespan_floor_s``: the least span from the first arrival to the last end, and
+      ``throughput_ceiling_tokens_per_s`` every job's tokens over it;
+    - ``jobs``: the jobs counted; ``exclusive_jobs``: those ordered exactly."""
+    sizer = PlannedGpuTime(topology, calibration)
+    counted = [(j, r) for j in jobs if (r := sizer.run_s(j)) is not None]
+    if not counted:
+        return None
+    triples = [(j.arrival_s, r, j.gpus) for j, r in counted]
+    bound = schedule_floors(triples, topology.total_gpus)
+    online = schedule_floors(triples, topology.total_gpus, foresight=False) if bound.exclusive else None
+    n, arrived = len(counted), sum(j.arrival_s for j, _ in counted)
+    alone = statistics.fmean(r for _, r in counted)
+    span = bound.last_end_s - min(j.arrival_s for j in jobs)
+    tokens = sum(j.iterations * j.tokens_per_iteration for j, _ in counted)
+    return {"jct_floor_s": (bound.completion_sum_s - arrived) / n if bound.exclusive else alone,
+            "jct_floor_online_s": (online.completion_sum_s - arrived) / n if online else alone,
+            "jct_floor_alone_s": alone, "makespan_floor_s": span,
+            "throughput_ceiling_tokens_per_s": tokens / span if span > 0 else None,
+            "jobs": n, "exclusive_jobs": bound.exclusive}

@@ -19,6 +19,7 @@ iterations only scale the time, and a synthetic trace has few shapes.
 
 from __future__ import annotations
 
+from spiderflow.costmodel import NO_CALIBRATION, Calibration
 from spiderflow.errors import InfeasiblePlan
 from spiderflow.topology import Topology
 from spiderflow.traces.generate import gpu_seconds
@@ -31,10 +32,11 @@ def mean_achieved_flops(topology: Topology) -> float:
 
 
 class PlannedGpuTime:
-    """``self(job)``: the job's GPU-seconds on ``topology`` as SpinSearch plans it alone (see module doc)."""
+    """``self(job)``: the job's GPU-seconds on ``topology`` as SpinSearch plans it alone (see module doc),
+    its links' figures fitted by ``calibration`` when one is given (as the simulator prices them)."""
 
-    def __init__(self, topology: Topology) -> None:
-        self.topology = topology
+    def __init__(self, topology: Topology, calibration: Calibration = NO_CALIBRATION) -> None:
+        self.topology, self.calibration = topology, calibration
         self.flops_per_gpu = mean_achieved_flops(topology)
         # shape -> (the plan's GPUs, its iteration s), None where no plan fits
         self._plans: dict[tuple, tuple[int, float] | None] = {}
@@ -60,7 +62,8 @@ class PlannedGpuTime:
 
         free = {c.name: c.total_gpus for c in self.topology.clusters}
         try:
-            result = run_planner("spinsearch", PlacementRequest(job=job, topology=self.topology, free_gpus=free))
+            result = run_planner("spinsearch", PlacementRequest(job=job, topology=self.topology, free_gpus=free,
+                                                                calibration=self.calibration))
         except InfeasiblePlan:
             return None
         return sum(result.placement.gpus.values()), result.prediction.iteration_s

@@ -3,6 +3,7 @@ exhaustive search over every assignment of jobs to the gaps between exclusive jo
 real replays on paper8."""
 
 import itertools
+import json
 import math
 import random
 from pathlib import Path
@@ -103,6 +104,13 @@ def test_more_exclusive_jobs_than_ordered_exactly_keeps_a_valid_bound():
     assert sum(a + r for a, r, _ in jobs) < f.completion_sum_s <= total + 1e-9
 
 
+def test_a_long_trace_keeps_fewer_exclusive_jobs_within_the_work_budget():
+    jobs = [(float(i), 10.0, 8) for i in range(4_999)] + [(5.0, 100.0, 128)]
+    f = schedule_floors(jobs, 128)
+    assert f.exclusive == 0 and f.completion_sum_s == sum(a + r for a, r, _ in jobs)  # 1! 5001 5000 > WORK
+    assert schedule_floors(jobs[-2_000:], 128).exclusive == 1
+
+
 def test_no_replay_on_paper8_ends_its_jobs_sooner_than_the_floors():
     """A 128-GPU run among small jobs on paper8's 128 GPUs, replayed by SpinSearch and the topology-blind
     baseline: neither's sum of completions nor last end is below the floors (within a prediction's 1%)."""
@@ -119,3 +127,50 @@ def test_no_replay_on_paper8_ends_its_jobs_sooner_than_the_floors():
         assert all(r.completed for r in recs)
         assert sum(r.end_s for r in recs) >= 0.99 * f.completion_sum_s, planner
         assert max(r.end_s for r in recs) >= 0.99 * f.last_end_s, planner
+
+
+TRACE = """\
+job_id,arrival_s,model,gpus,iterations,global_batch,seq_len
+pre,0,gpt3-1.3b,128,400,512,1024
+a,60,gpt3-350m,8,40,32,1024
+b,90,gpt3-1.3b,16,30,64,1024
+"""
+
+
+def test_compare_reports_each_planners_distance_to_the_floors(tmp_path, capsys):
+    """`spiderflow compare`: the floors of its trace in the JSON and headline.md, and per planner its avg JCT
+    over the JCT floor and the throughput ceiling over its throughput, none under 1 (within a prediction's 1%)."""
+    from spiderflow.cli import main
+    from spiderflow.simulate.floors import trace_floors
+    from spiderflow.traces import load_trace
+
+    (tmp_path / "t.csv").write_text(TRACE)
+    argv = ["compare", "--topology", "topologies/paper8.yaml", "--trace", str(tmp_path / "t.csv"), "--planners",
+            "spinsearch,blind", "--json", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    topo = load_topology(REPO / "topologies/paper8.yaml")
+    floors = trace_floors(topo, load_trace(tmp_path / "t.csv").jobs)
+    assert result["floors"] == pytest.approx(floors) and floors["exclusive_jobs"] == 1  # the 128-GPU run
+    assert floors["jct_floor_online_s"] >= floors["jct_floor_s"] > floors["jct_floor_alone_s"]
+    table = (tmp_path / "out" / "headline.md").read_text()
+    assert "| avg JCT / floor | ceiling / throughput |" in table and "Floors (3 of 3 jobs" in table
+    for name, s in result["planners"].items():
+        jct = s["avg_jct_s"] / floors["jct_floor_s"]
+        thr = floors["throughput_ceiling_tokens_per_s"] / s["throughput_tokens_per_s"]
+        assert jct > 0.99 and thr > 0.99, (name, jct, thr)
+        row = next(ln for ln in table.splitlines() if ln.startswith(f"| {name} |"))
+        assert row.endswith(f"| {jct:.2f}x | {thr:.2f}x |"), row
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["floors"] == result["floors"]
+
+
+def test_compare_with_wan_events_gives_no_floors_and_says_why(tmp_path, capsys):
+    from spiderflow.cli import main
+
+    (tmp_path / "t.csv").write_text(TRACE)
+    (tmp_path / "wan.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n30,virginia-london,5.0,,1\n")
+    argv = ["compare", "--topology", "topologies/paper8.yaml", "--trace", str(tmp_path / "t.csv"), "--planners",
+            "blind", "--wan-events", str(tmp_path / "wan.csv")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "avg JCT / floor" not in out and "No floors with WAN or capacity events" in out
