@@ -152,9 +152,9 @@ def floors(topo: Topology, case: Case) -> dict:
     arriving during it wait for it, or it for them). The least avg JCT of such schedules is a floor under
     avg JCT, the least span from the first arrival to the last end a floor under the makespan, and every
     job's tokens over that span a ceiling on throughput (all jobs done). ``jct_floor_alone_s``: the floor
-    without even that queue (the mean run alone); ``jct_floor_online_s``: the floor of the schedules that
-    never hold such a job back for one that has not arrived yet (not a floor for every schedule, but for
-    those an online scheduler makes). A job no plan fits is left out (every planner rejects it)."""
+    without even that queue (the mean run alone); ``jct_no_foresight_s``: the same minimum where such a job
+    is never held back for one that has not arrived yet (a reference, not a floor: ``schedule_floors``). A
+    job no plan fits is left out (every planner rejects it)."""
     return trace_floors(topo, case.jobs) or {}
 
 
@@ -262,11 +262,11 @@ def _short_of(x: float, target: float) -> str:
 def goal(r: dict, ceiling: dict | None = None) -> str:
     """Whether a row of :func:`ratio_rows` meets issue 15's goal, and by how much it misses; where the
     baseline's ``ceiling`` (:func:`ceiling_rows`) is below a target, no planner could meet it there (and where
-    only its JCT ceiling without foresight is, no planner that never holds a job back for one yet to arrive)."""
+    only its JCT ratio to the reference without foresight is, the goal is beyond it: :func:`ceiling_rows`)."""
     short = []
     beyond = (lambda key, target: f" (ceiling {ceiling[key]:.2f}x)" if ceiling and ceiling[key] < target else "")
     if r["jct"] < GOAL_JCT:
-        online = ceiling.get("jct_online") if ceiling else None
+        online = ceiling.get("jct_no_foresight") if ceiling else None
         short.append(f"JCT {_short_of(r['jct'], GOAL_JCT)} < {GOAL_JCT}x" + (
             f" (ceiling {ceiling['jct']:.2f}x, {online:.2f}x without foresight)"
             if online is not None and online < GOAL_JCT <= ceiling["jct"] else beyond("jct", GOAL_JCT)))
@@ -327,7 +327,9 @@ def overhead_table(rows: Sequence[dict]) -> str:
 def ceiling_rows(rows: Sequence[dict], cases: Sequence[dict]) -> list[dict]:
     """Per (topology, load, planner): over seeds, the geometric mean of the planner's avg JCT / the case's
     floor and of the case's throughput ceiling / the planner's throughput (:func:`floors`; 1 = at the floor),
-    and of its avg JCT / the floor without foresight where the cases have one (``jct_online``, else None).
+    and of its avg JCT / the reference without foresight where the cases have one (``jct_no_foresight``, else
+    None: ``trace_floors``; not a floor, so a baseline's figure there says how far it is from what is reachable
+    without holding a job back for jobs yet to arrive, not a bound).
     A baseline's figure is also the largest ratio any planner could show against it there."""
     floor = {(c["topology"], c["load"], c["seed"]): c for c in cases if "jct_floor_s" in c}
     by: dict[tuple, list[tuple[float, float, float | None]]] = {}  # (topology, load, planner) -> per seed
@@ -336,11 +338,11 @@ def ceiling_rows(rows: Sequence[dict], cases: Sequence[dict]) -> list[dict]:
         if f is not None and r["avg_jct_s"] and r["throughput_tokens_per_s"]:
             jct = r["avg_jct_s"] / f["jct_floor_s"]
             thr = f["throughput_ceiling_tokens_per_s"] / r["throughput_tokens_per_s"]
-            online = r["avg_jct_s"] / f["jct_floor_online_s"] if "jct_floor_online_s" in f else None
+            online = r["avg_jct_s"] / f["jct_no_foresight_s"] if "jct_no_foresight_s" in f else None
             by.setdefault((r["topology"], r["load"], r["planner"]), []).append((jct, thr, online))
     return [{"topology": topo, "load": load, "planner": planner, "seeds": len(xs),
              "jct": log_interval([j for j, _, _ in xs])[0], "thr": log_interval([t for _, t, _ in xs])[0],
-             "jct_online": None if any(o is None for _, _, o in xs) else log_interval([o for _, _, o in xs])[0]}
+             "jct_no_foresight": None if any(o is None for _, _, o in xs) else log_interval([o for _, _, o in xs])[0]}
             for (topo, load, planner), xs in by.items()]
 
 
@@ -349,7 +351,7 @@ def ceiling_table(ceilings: Sequence[dict], ratios: Sequence[dict]) -> str:
     mine = {(c["topology"], c["load"], c["planner"]): c for c in ceilings}
     online = (lambda v: "n/a" if v is None else f"{v:.3f}")
     lines = ["| topology | load | vs | SpinSearch avg JCT / floor | baseline's | JCT x shown | JCT x ceiling "
-             "| SpinSearch avg JCT / floor without foresight | JCT x ceiling without foresight "
+             "| SpinSearch avg JCT / reference without foresight | baseline's: JCT x reachable without foresight "
              "| SpinSearch throughput: ceiling / it | baseline's | throughput x shown | throughput x ceiling |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in ratios:
@@ -358,7 +360,8 @@ def ceiling_table(ceilings: Sequence[dict], ratios: Sequence[dict]) -> str:
         if ref is None or b is None:
             continue
         lines.append(f"| {r['topology']} | {r['load']} | {r['other']} | {ref['jct']:.3f} | {b['jct']:.3f} | "
-                     f"{_x(r['jct'])} | {_x(b['jct'])} | {online(ref['jct_online'])} | {_x(b['jct_online'])} | "
+                     f"{_x(r['jct'])} | {_x(b['jct'])} | {online(ref['jct_no_foresight'])} | "
+                     f"{_x(b['jct_no_foresight'])} | "
                      f"{ref['thr']:.3f} | {b['thr']:.3f} | {_x(r['thr'])} | {_x(b['thr'])} |")
     return "\n".join(lines)
 
@@ -447,9 +450,11 @@ def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
                   "The avg JCT floor is the least mean JCT of such schedules, the throughput ceiling every job's "
                   "tokens over the least span from the first arrival to the last end (both offline minima: they "
                   "may hold a long run back for jobs that have not arrived yet, which no online scheduler can). "
-                  "The floor without foresight is the least avg JCT of the schedules that never do: such a job "
-                  "starts at its earliest start or as jobs that had arrived by then end (not a floor for every "
-                  "schedule; how far a planner is from what an online scheduler can reach). Per "
+                  "The reference without foresight is the same minimum over the schedules that never do: such a "
+                  "job starts at its earliest start or as jobs that had arrived by then end, before any such job "
+                  "that arrived later. It is not a floor (contention moves those times in a real replay), but no "
+                  "replay here is below 0.999 of it: how far a planner is from what is reachable without "
+                  "foresight. Per "
                   "planner the geometric mean over seeds of its avg JCT / the floor and of the ceiling / its "
                   "throughput (1 = at the floor; a plan alone is a prediction, so a replay can land a little "
                   "under 1). A baseline's figure is the largest ratio any planner could show against it there "

@@ -208,8 +208,9 @@ def floors_text(floors: dict | None, jobs: int, changing: bool = False) -> str:
                 "which the floors plan on.")
     if floors is None:
         return "No floors: no job has a plan on the empty topology."
-    online = ("" if floors["jct_floor_online_s"] == floors["jct_floor_s"] else
-              f" ({human_duration(floors['jct_floor_online_s'])} for a scheduler without foresight)")
+    online = ("" if floors["jct_no_foresight_s"] == floors["jct_floor_s"] else
+              f" ({human_duration(floors['jct_no_foresight_s'])} without holding a job back for jobs yet to arrive,"
+              " a reference rather than a floor)")
     ceiling = floors["throughput_ceiling_tokens_per_s"]
     return (f"Floors ({floors['jobs']} of {jobs} jobs, those a plan fits): avg JCT >= "
             f"{human_duration(floors['jct_floor_s'])}{online}, throughput <= "

@@ -14,8 +14,9 @@ exclusive job is running. The minimum over every order and start time of the
 exclusive jobs, of the sum of completions and, apart, of the last completion,
 bounds any real schedule's from below (an offline minimum: it may start an
 exclusive job later for jobs that have not arrived yet, which no online
-scheduler knows of). ``foresight=False`` gives the minimum over the schedules
-that never do that: how far a replay is from what an online scheduler can reach.
+scheduler knows of). ``foresight=False`` gives the same minimum over fewer
+schedules, those that never do that: a reference rather than a floor
+(:func:`schedule_floors`).
 
 At a minimum each exclusive job starts at its earliest start (its arrival or
 the previous exclusive job's end) or at the end of a job that fits in the gap
@@ -70,10 +71,12 @@ def exclusive_jobs(gpus: Sequence[int], total_gpus: int) -> list[int]:
 def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int,
                     foresight: bool = True) -> ScheduleFloors:
     """Floors under the sum of completions and the last completion of ``jobs`` (arrival s, run s, GPUs)
-    on ``total_gpus`` GPUs (module docstring). Without ``foresight``, the floors of the schedules that never
-    hold an exclusive job back for a job that has not arrived yet: it starts at its earliest start or when
-    jobs that had arrived by then end, and it waits for no exclusive job that arrives after it could start
-    (not a floor for every schedule: how far a replay is from the schedules an online scheduler can make)."""
+    on ``total_gpus`` GPUs (module docstring). Without ``foresight``, the same minimum over the schedules that
+    never hold an exclusive job back for a job that has not arrived yet: it starts at its earliest start or
+    when jobs that had arrived by then end, and it waits for no exclusive job that arrives after it could
+    start. That is a reference, not a floor for schedulers without foresight: in a real replay contention
+    delays the jobs such a job waits for, and jobs that arrive meanwhile may end before it starts, which
+    these times would not let them. It says how far a replay is from what is reachable without foresight."""
     if not jobs:
         raise ValueError("schedule_floors: no jobs")
     excl = exclusive_jobs([g for _, _, g in jobs], total_gpus)
@@ -114,7 +117,7 @@ def trace_floors(topology: Topology, jobs: Sequence[Job], calibration: Calibrati
     other can run beside (:func:`schedule_floors`). A job no plan fits is left out (every scheduler rejects
     it); None when no job fits. Keys, in the simulator summary's units (the first arrival is the trace's):
 
-    - ``jct_floor_s``: the least avg JCT; ``jct_floor_online_s``: that of the schedules without foresight;
+    - ``jct_floor_s``: the least avg JCT; ``jct_no_foresight_s``: that without foresight (a reference);
       ``jct_floor_alone_s``: the mean run alone (no queue at all);
     - ``makespan_floor_s``: the least span from the first arrival to the last end, and
       ``throughput_ceiling_tokens_per_s`` every job's tokens over it;
@@ -131,7 +134,7 @@ def trace_floors(topology: Topology, jobs: Sequence[Job], calibration: Calibrati
     span = bound.last_end_s - min(j.arrival_s for j in jobs)
     tokens = sum(j.iterations * j.tokens_per_iteration for j, _ in counted)
     return {"jct_floor_s": (bound.completion_sum_s - arrived) / n if bound.exclusive else alone,
-            "jct_floor_online_s": (online.completion_sum_s - arrived) / n if online else alone,
+            "jct_no_foresight_s": (online.completion_sum_s - arrived) / n if online else alone,
             "jct_floor_alone_s": alone, "makespan_floor_s": span,
             "throughput_ceiling_tokens_per_s": tokens / span if span > 0 else None,
             "jobs": n, "exclusive_jobs": bound.exclusive}

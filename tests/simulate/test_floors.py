@@ -152,7 +152,7 @@ def test_compare_reports_each_planners_distance_to_the_floors(tmp_path, capsys):
     topo = load_topology(REPO / "topologies/paper8.yaml")
     floors = trace_floors(topo, load_trace(tmp_path / "t.csv").jobs)
     assert result["floors"] == pytest.approx(floors) and floors["exclusive_jobs"] == 1  # the 128-GPU run
-    assert floors["jct_floor_online_s"] >= floors["jct_floor_s"] > floors["jct_floor_alone_s"]
+    assert floors["jct_no_foresight_s"] >= floors["jct_floor_s"] > floors["jct_floor_alone_s"]
     table = (tmp_path / "out" / "headline.md").read_text()
     assert "| avg JCT / floor | ceiling / throughput |" in table and "Floors (3 of 3 jobs" in table
     for name, s in result["planners"].items():
