@@ -26,11 +26,12 @@ could show against B there.
         [--topologies topologies/paper8.yaml,topologies/geo64.yaml] [--loads 0.5,0.7,0.9]
         [--planners spinsearch,spinsearch-nowait,ilp,ilp-topo,genetic,blind] [--real paper8|none]
 
-writes ``headline.md`` (tables), ``rows.csv`` (one row per topology, load,
-seed and planner), ``calls.csv`` (every planner call's wall time) and
-``config.json`` (provenance and every setting) to
+writes ``headline.md`` (tables), ``headline.png`` and ``.pdf`` (the ratios
+drawn), ``rows.csv`` (one row per topology, load, seed and planner),
+``calls.csv`` (every planner call's wall time) and ``config.json``
+(provenance and every setting) to
 ``--out`` (default ``runs/headline-<time>``); progress goes to stderr.
-``--render DIR`` redraws ``headline.md`` from those files alone: its settings line
+``--render DIR`` redraws ``headline.md`` and the figure from those files alone: its settings line
 as the run's config.json recorded them, not as today's code has them.
 """
 
@@ -47,6 +48,7 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -366,6 +368,69 @@ def ceiling_table(ceilings: Sequence[dict], ratios: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def ratio_figure(ratios: Sequence[dict], stem: Path, ceilings: Sequence[dict] = (), title: str = "") -> list[tuple]:
+    """``stem``.png and .pdf: per (topology, load) and baseline, the geometric mean ratio with its 95% interval
+    (bars), each seed's ratio (faint dots) and the ceiling any planner could show there (a short dash), for
+    avg JCT (top) and throughput (bottom), log scale, the goal's targets dashed. Returns the points drawn:
+    (metric, topology, load, baseline, geometric mean, interval low, high, ceiling or None)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    cells = list(dict.fromkeys((r["topology"], r["load"]) for r in ratios))
+    others = list(dict.fromkeys(r["other"] for r in ratios))
+    ceiling = {(c["topology"], c["load"], c["planner"]): c for c in ceilings}
+    width = 0.8 / max(1, len(others))
+    drawn = []
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.9 * len(cells) + 2), 7.0), dpi=150, sharex=True)
+    for ax, (key, label, target) in zip(axes, (("jct", "avg JCT: baseline / SpinSearch", GOAL_JCT),
+                                               ("thr", "throughput: SpinSearch / baseline", GOAL_THROUGHPUT))):
+        for k, other in enumerate(others):
+            colour = f"C{k}"
+            for x, cell in enumerate(cells):
+                r = next((r for r in ratios if (r["topology"], r["load"]) == cell and r["other"] == other), None)
+                if r is None:
+                    continue
+                pos = x - 0.4 + width * (k + 0.5)
+                lo, hi = r[f"{key}_lo"], r[f"{key}_hi"]
+                err = [[r[key] - lo], [hi - r[key]]] if lo is not None else None
+                ax.errorbar([pos], [r[key]], yerr=err, fmt="o", color=colour, markersize=4, capsize=2,
+                            label=other if x == 0 else None)
+                ax.plot([pos + width / 4] * len(r[f"{key}_by_seed"]), r[f"{key}_by_seed"], ".", color=colour,
+                        alpha=0.4, markersize=3)
+                top = ceiling.get((cell[0], cell[1], other))
+                if top is not None:
+                    ax.plot([pos], [top[key]], "_", color=colour, markersize=9, markeredgewidth=1.5)
+                drawn.append((key, cell[0], cell[1], other, r[key], lo, hi, None if top is None else top[key]))
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(FixedLocator(sorted([0.25, 0.5, 0.7, 1, target, 2, 3, 5, 10, 20, 50])))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}x"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_ylabel(f"{label} (log)", fontsize=8)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    axes[0].legend(fontsize=7, ncol=len(others), loc="upper left")
+    key = ["dots: seeds; bars: 95% interval of the geometric mean;",
+           "dashes: the ceiling any planner could show; dashed line: issue 15's goal"]
+    axes[0].set_title("\n".join([*textwrap.wrap(title, 100), *key]), fontsize=8)
+    axes[1].set_xticks(range(len(cells)), [f"{t}\n{load}" for t, load in cells], fontsize=7)
+    fig.tight_layout()
+    fig.savefig(stem.with_suffix(".png"))
+    fig.savefig(stem.with_suffix(".pdf"), metadata={"CreationDate": None})  # the same bytes when drawn again
+    plt.close(fig)
+    return drawn
+
+
+def write_figure(out: Path, rows: Sequence[dict], config: dict) -> list[tuple]:
+    """``out``/headline.png and .pdf (:func:`ratio_figure`) of the run's ratios against the baselines."""
+    return ratio_figure(ratio_rows(rows), out / "headline", ceiling_rows(rows, config.get("cases", [])),
+                        config["command"] + (f" at {config['git_commit'][:7]}" if config.get("git_commit") else ""))
+
+
 def completion_table(rows: Sequence[dict]) -> str:
     lines = ["| topology | load | planner | completed / jobs (all seeds) | rejected | offered load (mean) "
              "| avg JCT (h, mean over seeds) | throughput (tokens/s, mean over seeds) |",
@@ -439,7 +504,9 @@ def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
                   f"to its first job), replayed on {config['real']['topology']}; the 'seed' is the window.", ""]
     placement_only = ratio_rows(rows, reference=ABLATION)
     ceilings = ceiling_rows(rows, config.get("cases", []))
-    parts += ["## SpinSearch vs the baselines", "", ratio_table(ratios, ceilings=ceilings), ""]
+    parts += ["## SpinSearch vs the baselines", "", ratio_table(ratios, ceilings=ceilings), "",
+              "`headline.png` (and `.pdf`) draws these ratios: each seed's, the geometric mean with its interval "
+              "and the ceiling below.", ""]
     if ceilings:
         parts += ["## How far from what any planner could show", "",
                   "Floors per trace (`floors` in benchmarks/headline.py, in config.json's cases): every job run on "
@@ -614,6 +681,7 @@ def run_benchmark(out: Path, *, seeds: tuple[int, dict[str, int]], jobs: tuple[i
                 w.writerow((row["topology"], row["load"], row["seed"], row["planner"], job_id, repr(s)))
     (out / "config.json").write_text(dumps(config) + "\n")
     (out / "headline.md").write_text(markdown(rows, config, wall))
+    write_figure(out, rows, config)
     log(f"wrote {out}/headline.md, rows.csv, calls.csv, config.json ({wall:.0f} s)")
     return {"rows": rows, "ratios": ratio_rows(rows), "ablation": ratio_rows(rows, others=(ABLATION,)),
             "config": config}
@@ -644,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "'none' (default %(default)s)")
     ap.add_argument("--note", default="", help="text for headline.md's Sizing section (or @FILE)")
     ap.add_argument("--render", type=Path, metavar="DIR",
-                    help="only rewrite DIR/headline.md from its rows.csv, calls.csv and config.json "
+                    help="only rewrite DIR/headline.md and its figure from its rows.csv, calls.csv and config.json "
                          "(with --note: that note instead of the recorded one, recorded in its place)")
     args = ap.parse_args(argv[1:])
     return one_line_errors(lambda: _main(args, argv))
@@ -668,6 +736,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> None:
         if note and note != config.get("note"):  # recorded, so that a later --render keeps it
             write_output_file(args.render / "config.json", dumps({**config, "note": note}) + "\n", "--render")
         write_output_file(args.render / "headline.md", text, "--render")
+        write_figure(args.render, rows, config)
         print(f"wrote {args.render}/headline.md", file=sys.stderr)
         return
     out = Path(args.out) if args.out else REPO / "runs" / time.strftime("headline-%Y%m%d-%H%M%S")

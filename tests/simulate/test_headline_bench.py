@@ -219,3 +219,18 @@ def test_a_goal_out_of_any_planners_reach_says_so(bench):
         "missed: JCT 1.20x < 1.3x (ceiling 1.55x, 1.22x without foresight); thr 1.07x < 1.25x (ceiling 1.07x)")
     assert bench.goal(row, {"jct": 1.55, "thr": 1.074, "jct_no_foresight": 1.31}) == (
         "missed: JCT 1.20x < 1.3x; thr 1.07x < 1.25x (ceiling 1.07x)")
+
+
+def test_the_figure_draws_the_tables_ratios_and_ceilings(bench, result):
+    out, res = result
+    assert (out / "headline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "headline.pdf").read_bytes()[:5] == b"%PDF-"
+    rows, config = bench.read_results(out)
+    drawn = {d[:4]: d[4:] for d in bench.write_figure(out, rows, config)}
+    ceilings = {(c["topology"], c["load"], c["planner"]): c for c in bench.ceiling_rows(rows, config["cases"])}
+    expected = {(k, r["topology"], r["load"], r["other"]): (r[k], r[f"{k}_lo"], r[f"{k}_hi"],
+                                                            ceilings[r["topology"], r["load"], r["other"]][k])
+                for r in res["ratios"] for k in ("jct", "thr")}
+    assert drawn.keys() == expected.keys() and len(drawn) == 2  # JCT and throughput against blind, one cell
+    for key, values in expected.items():
+        assert drawn[key] == pytest.approx(values), key
