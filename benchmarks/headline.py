@@ -263,8 +263,8 @@ def _short_of(x: float, target: float) -> str:
 
 def goal(r: dict, ceiling: dict | None = None) -> str:
     """Whether a row of :func:`ratio_rows` meets issue 15's goal, and by how much it misses; where the
-    baseline's ``ceiling`` (:func:`ceiling_rows`) is below a target, no planner could meet it there (and where
-    only its JCT ratio to the reference without foresight is, the goal is beyond it: :func:`ceiling_rows`)."""
+    baseline's ``ceiling`` (:func:`ceiling_rows`) is below a target, no planner could meet it there; where only
+    the baseline's avg JCT over the reference without foresight is below the JCT target, both are given."""
     short = []
     beyond = (lambda key, target: f" (ceiling {ceiling[key]:.2f}x)" if ceiling and ceiling[key] < target else "")
     if r["jct"] < GOAL_JCT:
@@ -519,9 +519,8 @@ def markdown(rows: Sequence[dict], config: dict, wall_s: float) -> str:
                   "may hold a long run back for jobs that have not arrived yet, which no online scheduler can). "
                   "The reference without foresight is the same minimum over the schedules that never do: such a "
                   "job starts at its earliest start or as jobs that had arrived by then end, before any such job "
-                  "that arrived later. It is not a floor (contention moves those times in a real replay), but no "
-                  "replay here is below 0.999 of it: how far a planner is from what is reachable without "
-                  "foresight. Per "
+                  "that arrived later. It is not a floor (contention moves those times in a real replay): it says "
+                  "how far a planner is from what is reachable without foresight. Per "
                   "planner the geometric mean over seeds of its avg JCT / the floor and of the ceiling / its "
                   "throughput (1 = at the floor; a plan alone is a prediction, so a replay can land a little "
                   "under 1). A baseline's figure is the largest ratio any planner could show against it there "
@@ -682,7 +681,7 @@ def run_benchmark(out: Path, *, seeds: tuple[int, dict[str, int]], jobs: tuple[i
     (out / "config.json").write_text(dumps(config) + "\n")
     (out / "headline.md").write_text(markdown(rows, config, wall))
     write_figure(out, rows, config)
-    log(f"wrote {out}/headline.md, rows.csv, calls.csv, config.json ({wall:.0f} s)")
+    log(f"wrote {out}/headline.md, headline.png and .pdf, rows.csv, calls.csv, config.json ({wall:.0f} s)")
     return {"rows": rows, "ratios": ratio_rows(rows), "ablation": ratio_rows(rows, others=(ABLATION,)),
             "config": config}
 
@@ -737,7 +736,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> None:
             write_output_file(args.render / "config.json", dumps({**config, "note": note}) + "\n", "--render")
         write_output_file(args.render / "headline.md", text, "--render")
         write_figure(args.render, rows, config)
-        print(f"wrote {args.render}/headline.md", file=sys.stderr)
+        print(f"wrote {args.render}/headline.md, headline.png and .pdf", file=sys.stderr)
         return
     out = Path(args.out) if args.out else REPO / "runs" / time.strftime("headline-%Y%m%d-%H%M%S")
     real = None if args.real == "none" else (str(REPO / "topologies" / f"{args.real}.yaml")
