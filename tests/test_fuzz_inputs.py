@@ -142,3 +142,21 @@ def test_cli_output_checks_catch_insane_summaries(stdout, kind, work):
     argv = ["simulate", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", "--json"]
     with cwd(work):
         assert judge_cli(argv, 0, stdout, "").kind == kind
+
+
+_SUMMARY = {"jobs": 5, "completed": 5, "rejected": 0, "avg_jct_s": 2.0, "p50_jct_s": 2.0, "p95_jct_s": 3.0,
+            "avg_queue_s": 0.0, "makespan_s": 9.0, "throughput_tokens_per_s": 1.0, "jobs_per_hour": 1.0,
+            "gpu_utilization": 0.5, "avg_overhead_s": 0.0, "total_overhead_s": 0.0}
+_FLOORS = {"jct_floor_s": 1.0, "jct_no_foresight_s": 1.5, "jct_floor_alone_s": 1.0, "makespan_floor_s": 8.0,
+           "throughput_ceiling_tokens_per_s": 1.1, "jobs": 5, "exclusive_jobs": 0}
+
+
+@pytest.mark.parametrize("floors, kind", [
+    (_FLOORS, "accepted"), (None, "accepted"), ({**_FLOORS, "jct_floor_s": 2.0}, "wrong"),
+    ({**_FLOORS, "jobs": 6}, "wrong"), ({**_FLOORS, "makespan_floor_s": -1.0}, "wrong"), ([1.0], "wrong"),
+])
+def test_cli_output_checks_catch_insane_floors(floors, kind, work):
+    argv = ["compare", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", "--planners",
+            "blind", "--json"]
+    with cwd(work):
+        assert judge_cli(argv, 0, json.dumps({"planners": {"blind": _SUMMARY}, "floors": floors}), "").kind == kind

@@ -233,6 +233,22 @@ def check_summary(s: Any, expected_jobs: int | None, where: str) -> None:
         raise Problem(f"{where}: avg_queue_s {s['avg_queue_s']} > avg_jct_s {s['avg_jct_s']}")
 
 
+def check_floors(floors: Any, expected_jobs: int) -> None:
+    """compare's floors: null or finite and non-negative, over no more jobs than were replayed, the JCT floor
+    no higher than the reference without foresight (not checked against the replays: the floors hold for
+    planners whose plans are no faster than SpinSearch's alone, which a baseline may beat)."""
+    if floors is None:
+        return
+    if not isinstance(floors, dict):
+        raise Problem(f"floors is {type(floors).__name__}")
+    for key, value in floors.items():
+        _time(value, f"floors.{key}", nullable=key == "throughput_ceiling_tokens_per_s")
+    if not 0 < floors["jobs"] <= expected_jobs:
+        raise Problem(f"floors.jobs = {floors['jobs']}, {expected_jobs} jobs replayed")
+    if floors["jct_floor_s"] > floors["jct_no_foresight_s"] * (1 + 1e-9):
+        raise Problem(f"floors.jct_floor_s {floors['jct_floor_s']} > jct_no_foresight_s {floors['jct_no_foresight_s']}")
+
+
 def check_plan(out: dict, gpus: int, names: set[str], allowed: list[str] | None) -> None:
     _time(out.get("overhead_s"), "overhead_s")
     _time(out.get("memory_gb_per_gpu"), "memory_gb_per_gpu")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from .families import Case
-from .judge import (Outcome, Problem, call_loader, check_calibration_file, check_plan, check_summary,
+from .judge import (Outcome, Problem, call_loader, check_calibration_file, check_floors, check_plan, check_summary,
                     check_topology_file, check_trace_load, judge_exit, no_nonfinite_text, read_bytes, run_main,
                     strict_json)
 
@@ -88,6 +88,8 @@ def check_cli_output(argv: list[str], out: str) -> None:
                 raise Problem(f"summaries for {list(summaries)}, asked for {planners}")
             for name, summary in summaries.items():
                 check_summary(summary, n, name)
+            if args.command == "compare":
+                check_floors(data.get("floors"), n)
         else:
             no_nonfinite_text(out, args.command)
         if args.out:
