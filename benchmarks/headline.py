@@ -157,7 +157,7 @@ def floors(topo: Topology, case: Case) -> dict:
     without even that queue (the mean run alone); ``jct_no_foresight_s``: the same minimum where such a job
     is never held back for one that has not arrived yet (a reference, not a floor: ``schedule_floors``). A
     job no plan fits is left out (every planner rejects it)."""
-    return trace_floors(topo, case.jobs) or {}
+    return trace_floors(case.jobs, sizer_for(topo)) or {}
 
 
 # ---------------------------------------------------------------- runs
@@ -268,10 +268,10 @@ def goal(r: dict, ceiling: dict | None = None) -> str:
     short = []
     beyond = (lambda key, target: f" (ceiling {ceiling[key]:.2f}x)" if ceiling and ceiling[key] < target else "")
     if r["jct"] < GOAL_JCT:
-        online = ceiling.get("jct_no_foresight") if ceiling else None
+        no_foresight = ceiling.get("jct_no_foresight") if ceiling else None
         short.append(f"JCT {_short_of(r['jct'], GOAL_JCT)} < {GOAL_JCT}x" + (
-            f" (ceiling {ceiling['jct']:.2f}x, {online:.2f}x without foresight)"
-            if online is not None and online < GOAL_JCT <= ceiling["jct"] else beyond("jct", GOAL_JCT)))
+            f" (ceiling {ceiling['jct']:.2f}x, {no_foresight:.2f}x without foresight)"
+            if no_foresight is not None and no_foresight < GOAL_JCT <= ceiling["jct"] else beyond("jct", GOAL_JCT)))
     if r["thr"] < GOAL_THROUGHPUT:
         short.append(f"thr {_short_of(r['thr'], GOAL_THROUGHPUT)} < {GOAL_THROUGHPUT}x"
                      + beyond("thr", GOAL_THROUGHPUT))
@@ -340,8 +340,8 @@ def ceiling_rows(rows: Sequence[dict], cases: Sequence[dict]) -> list[dict]:
         if f is not None and r["avg_jct_s"] and r["throughput_tokens_per_s"]:
             jct = r["avg_jct_s"] / f["jct_floor_s"]
             thr = f["throughput_ceiling_tokens_per_s"] / r["throughput_tokens_per_s"]
-            online = r["avg_jct_s"] / f["jct_no_foresight_s"] if "jct_no_foresight_s" in f else None
-            by.setdefault((r["topology"], r["load"], r["planner"]), []).append((jct, thr, online))
+            no_foresight = r["avg_jct_s"] / f["jct_no_foresight_s"] if "jct_no_foresight_s" in f else None
+            by.setdefault((r["topology"], r["load"], r["planner"]), []).append((jct, thr, no_foresight))
     return [{"topology": topo, "load": load, "planner": planner, "seeds": len(xs),
              "jct": log_interval([j for j, _, _ in xs])[0], "thr": log_interval([t for _, t, _ in xs])[0],
              "jct_no_foresight": None if any(o is None for _, _, o in xs) else log_interval([o for _, _, o in xs])[0]}
@@ -351,7 +351,7 @@ def ceiling_rows(rows: Sequence[dict], cases: Sequence[dict]) -> list[dict]:
 def ceiling_table(ceilings: Sequence[dict], ratios: Sequence[dict]) -> str:
     """SpinSearch's distance to the floors, and per baseline the ratio shown against the most any planner could."""
     mine = {(c["topology"], c["load"], c["planner"]): c for c in ceilings}
-    online = (lambda v: "n/a" if v is None else f"{v:.3f}")
+    three = (lambda v: "n/a" if v is None else f"{v:.3f}")
     lines = ["| topology | load | vs | SpinSearch avg JCT / floor | baseline's | JCT x shown | JCT x ceiling "
              "| SpinSearch avg JCT / reference without foresight | baseline's: JCT x reachable without foresight "
              "| SpinSearch throughput: ceiling / it | baseline's | throughput x shown | throughput x ceiling |",
@@ -362,7 +362,7 @@ def ceiling_table(ceilings: Sequence[dict], ratios: Sequence[dict]) -> str:
         if ref is None or b is None:
             continue
         lines.append(f"| {r['topology']} | {r['load']} | {r['other']} | {ref['jct']:.3f} | {b['jct']:.3f} | "
-                     f"{_x(r['jct'])} | {_x(b['jct'])} | {online(ref['jct_no_foresight'])} | "
+                     f"{_x(r['jct'])} | {_x(b['jct'])} | {three(ref['jct_no_foresight'])} | "
                      f"{_x(b['jct_no_foresight'])} | "
                      f"{ref['thr']:.3f} | {b['thr']:.3f} | {_x(r['thr'])} | {_x(b['thr'])} |")
     return "\n".join(lines)
@@ -381,6 +381,7 @@ def ratio_figure(ratios: Sequence[dict], stem: Path, ceilings: Sequence[dict] = 
 
     cells = list(dict.fromkeys((r["topology"], r["load"]) for r in ratios))
     others = list(dict.fromkeys(r["other"] for r in ratios))
+    by = {(r["topology"], r["load"], r["other"]): r for r in ratios}
     ceiling = {(c["topology"], c["load"], c["planner"]): c for c in ceilings}
     width = 0.8 / max(1, len(others))
     drawn = []
@@ -390,7 +391,7 @@ def ratio_figure(ratios: Sequence[dict], stem: Path, ceilings: Sequence[dict] = 
         for k, other in enumerate(others):
             colour = f"C{k}"
             for x, cell in enumerate(cells):
-                r = next((r for r in ratios if (r["topology"], r["load"]) == cell and r["other"] == other), None)
+                r = by.get((*cell, other))
                 if r is None:
                     continue
                 pos = x - 0.4 + width * (k + 0.5)

@@ -19,6 +19,7 @@ from spiderflow.simulate.floors import trace_floors
 from spiderflow.simulate.metrics import (CHANGE_SUMMARY_KEYS, SUMMARY_KEYS, fmt_value, human_count, human_duration, human_pct, jct_cdf_png,
                                         ratio_of, summarise, write_rows)
 from spiderflow.topology import load_topology
+from spiderflow.traces.planned import PlannedGpuTime
 from spiderflow.traces import FORMATS, load_trace
 from spiderflow.traces.cli import add_trace  # noqa: F401  (the `trace` subcommands live with the traces)
 from spiderflow.wan.cli import add_change_arguments, load_changes
@@ -208,12 +209,12 @@ def floors_text(floors: dict | None, jobs: int, changing: bool = False) -> str:
                 "which the floors plan on.")
     if floors is None:
         return "No floors: no job has a plan on the empty topology."
-    online = ("" if floors["jct_no_foresight_s"] == floors["jct_floor_s"] else
-              f" ({human_duration(floors['jct_no_foresight_s'])} without holding a job back for jobs yet to arrive,"
-              " a reference rather than a floor)")
+    no_foresight = ("" if floors["jct_no_foresight_s"] == floors["jct_floor_s"] else
+                    f" ({human_duration(floors['jct_no_foresight_s'])} without holding a job back for jobs yet to "
+                    "arrive, a reference rather than a floor)")
     ceiling = floors["throughput_ceiling_tokens_per_s"]
     return (f"Floors ({floors['jobs']} of {jobs} jobs, those a plan fits): avg JCT >= "
-            f"{human_duration(floors['jct_floor_s'])}{online}, throughput <= "
+            f"{human_duration(floors['jct_floor_s'])}{no_foresight}, throughput <= "
             f"{'n/a' if ceiling is None else human_count(ceiling, 'tokens/s')}, for any planner whose plan for "
             "a job is no faster than SpinSearch's for it alone on the empty topology: every job runs that long, "
             "with no other job's load and no overhead, queued only behind a job no other can run beside "
@@ -239,9 +240,10 @@ def cmd_compare(args) -> int:
     if out:
         for name in planners:
             write_rows(records[name], out / f"jobs-{name}.csv", changes=_changing(args))
-    floors = None if _changing(args) else trace_floors(topo, jobs, cal)
+    changing = _changing(args)
+    floors = None if changing else trace_floors(jobs, PlannedGpuTime(topo, cal))
     table = headline(summaries, floors=floors)
-    about = floors_text(floors, len(jobs), _changing(args))
+    about = floors_text(floors, len(jobs), changing)
     if out:
         (out / "summary.json").write_text(dumps({"planners": summaries, "floors": floors}))
         (out / "config.json").write_text(dumps(_resolved(args, planners)))

@@ -29,8 +29,9 @@ non-exclusive, which drops constraints and keeps the bound valid (with none
 kept, every job ends at its arrival plus its run time).
 
 :func:`trace_floors` gives a trace's floors on a topology, every job's run time
-SpinSearch's plan for it alone on the empty topology (the sizing of ``trace
-generate --load``, :class:`spiderflow.traces.planned.PlannedGpuTime`).
+SpinSearch's plan for it alone on the empty topology, as a
+:class:`spiderflow.traces.planned.PlannedGpuTime` (the sizing of ``trace
+generate --load``) has it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spiderflow.costmodel import NO_CALIBRATION, Calibration
-from spiderflow.topology import Topology
 from spiderflow.traces.planned import PlannedGpuTime
 from spiderflow.workload import Job
 
@@ -110,31 +109,32 @@ def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int,
     return ScheduleFloors(completion_sum_s=best[0], last_end_s=best[1], exclusive=len(excl))
 
 
-def trace_floors(topology: Topology, jobs: Sequence[Job], calibration: Calibration = NO_CALIBRATION) -> dict | None:
-    """The floors of replaying ``jobs`` on ``topology`` for a planner whose plans are no faster than SpinSearch's
-    for each job alone on the empty topology (``calibration`` fits the links, as the simulator's): each job
-    runs that long, with no other job's load, no overhead and no start-up, queued only behind a job that no
-    other can run beside (:func:`schedule_floors`). A job no plan fits is left out (every scheduler rejects
-    it); None when no job fits. Keys, in the simulator summary's units (the first arrival is the trace's):
+def trace_floors(jobs: Sequence[Job], sizer: PlannedGpuTime) -> dict | None:
+    """The floors of replaying ``jobs`` on ``sizer``'s topology for a planner whose plans are no faster than
+    SpinSearch's for each job alone on the empty topology (``sizer``'s plans, its calibration fitting the
+    links as the simulator's): each job runs that long, with no other job's load, no overhead and no
+    start-up, queued only behind a job that no other can run beside (:func:`schedule_floors`). A job no
+    plan fits is left out (every scheduler rejects it); None when no job fits. Keys, in the simulator
+    summary's units (the first arrival is the trace's):
 
     - ``jct_floor_s``: the least avg JCT; ``jct_no_foresight_s``: that without foresight (a reference);
       ``jct_floor_alone_s``: the mean run alone (no queue at all);
     - ``makespan_floor_s``: the least span from the first arrival to the last end, and
       ``throughput_ceiling_tokens_per_s`` every job's tokens over it;
     - ``jobs``: the jobs counted; ``exclusive_jobs``: those ordered exactly."""
-    sizer = PlannedGpuTime(topology, calibration)
     counted = [(j, r) for j in jobs if (r := sizer.run_s(j)) is not None]
     if not counted:
         return None
     triples = [(j.arrival_s, r, j.gpus) for j, r in counted]
-    bound = schedule_floors(triples, topology.total_gpus)
-    online = schedule_floors(triples, topology.total_gpus, foresight=False) if bound.exclusive else None
+    total_gpus = sizer.topology.total_gpus
+    bound = schedule_floors(triples, total_gpus)
+    no_foresight = schedule_floors(triples, total_gpus, foresight=False) if bound.exclusive else None
     n, arrived = len(counted), sum(j.arrival_s for j, _ in counted)
     alone = statistics.fmean(r for _, r in counted)
     span = bound.last_end_s - min(j.arrival_s for j in jobs)
     tokens = sum(j.iterations * j.tokens_per_iteration for j, _ in counted)
     return {"jct_floor_s": (bound.completion_sum_s - arrived) / n if bound.exclusive else alone,
-            "jct_no_foresight_s": (online.completion_sum_s - arrived) / n if online else alone,
+            "jct_no_foresight_s": (no_foresight.completion_sum_s - arrived) / n if no_foresight else alone,
             "jct_floor_alone_s": alone, "makespan_floor_s": span,
             "throughput_ceiling_tokens_per_s": tokens / span if span > 0 else None,
             "jobs": n, "exclusive_jobs": bound.exclusive}

@@ -78,9 +78,10 @@ def test_equal_to_an_exhaustive_search_on_small_traces(seed):
     f = schedule_floors(jobs, 128)
     assert (f.completion_sum_s, f.last_end_s) == pytest.approx(_exhaustive(jobs, 128), rel=1e-12)
     assert f.completion_sum_s >= sum(a + r for a, r, _ in jobs) - 1e-9  # never below the queue-less floor
-    online = schedule_floors(jobs, 128, foresight=False)
-    assert (online.completion_sum_s, online.last_end_s) == pytest.approx(_exhaustive(jobs, 128, False), rel=1e-12)
-    assert online.completion_sum_s >= f.completion_sum_s - 1e-9 and online.last_end_s >= f.last_end_s - 1e-9
+    no_foresight = schedule_floors(jobs, 128, foresight=False)
+    assert (no_foresight.completion_sum_s, no_foresight.last_end_s) == pytest.approx(_exhaustive(jobs, 128, False),
+                                                                                    rel=1e-12)
+    assert no_foresight.completion_sum_s >= f.completion_sum_s - 1e-9 and no_foresight.last_end_s >= f.last_end_s - 1e-9
 
 
 def test_without_foresight_a_whole_topology_run_does_not_wait_for_a_job_yet_to_arrive():
@@ -150,7 +151,7 @@ def test_compare_reports_each_planners_distance_to_the_floors(tmp_path, capsys):
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     topo = load_topology(REPO / "topologies/paper8.yaml")
-    floors = trace_floors(topo, load_trace(tmp_path / "t.csv").jobs)
+    floors = trace_floors(load_trace(tmp_path / "t.csv").jobs, PlannedGpuTime(topo))
     assert result["floors"] == pytest.approx(floors) and floors["exclusive_jobs"] == 1  # the 128-GPU run
     assert floors["jct_no_foresight_s"] >= floors["jct_floor_s"] > floors["jct_floor_alone_s"]
     table = (tmp_path / "out" / "headline.md").read_text()

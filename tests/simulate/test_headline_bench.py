@@ -194,10 +194,10 @@ def test_no_replay_beats_its_floor_and_the_ceiling_table_agrees(result):
         f = floor[int(r["seed"])]
         jct = float(r["avg_jct_s"]) / f["jct_floor_s"]
         thr = f["throughput_ceiling_tokens_per_s"] / float(r["throughput_tokens_per_s"])
-        online = float(r["avg_jct_s"]) / f["jct_no_foresight_s"]
+        no_foresight = float(r["avg_jct_s"]) / f["jct_no_foresight_s"]
         assert jct > 0.99 and thr > 0.99, (r["planner"], jct, thr)  # a prediction: a replay may land just under
         assert f["jct_no_foresight_s"] >= f["jct_floor_s"] >= f["jct_floor_alone_s"]
-        ratios.setdefault(r["planner"], []).append((jct, thr, online))
+        ratios.setdefault(r["planner"], []).append((jct, thr, no_foresight))
     gmean = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
     text = (out / "headline.md").read_text()
     table = text[text.index("## How far from what any planner could show"):].splitlines()
