@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from emulator import handback
+from emulator.floors import replay_floors
 from emulator.jobs.launch import emulated_topology
 from emulator.jobs.replay import BASE_PORT, JobRun, RunConfig, Runner
 from emulator.jobs.startup import startup_s as job_startup_s
@@ -58,6 +59,7 @@ from spiderflow.placement import PLANNERS
 from spiderflow.plan import placement_text
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
+from spiderflow.simulate.floors import floors_text
 from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
 from spiderflow.topology import Topology
 from spiderflow.traces import load_trace
@@ -128,6 +130,11 @@ def replay_jobs(jobs: list[Job], iterations: int) -> list[Job]:
     return [dataclasses.replace(j, iterations=iterations) for j in jobs]
 
 
+def compressed_jobs(jobs: list[Job], time_scale: float) -> list[Job]:
+    """The jobs on the replay's clock: every arrival / ``time_scale``."""
+    return [dataclasses.replace(j, arrival_s=j.arrival_s / time_scale) for j in jobs]
+
+
 def compressed_events(wan_events, capacity_events, time_scale: float) -> tuple[tuple, tuple]:
     """Event times on the replay's clock: every trace time (a notice too) / ``time_scale``."""
     wan = tuple(dataclasses.replace(e, time_s=e.time_s / time_scale) for e in wan_events)
@@ -142,7 +149,7 @@ def simulated_replay(topo: Topology, jobs: list[Job], cfg: RunConfig, *, startup
     """The simulator's prediction of ``emulator run`` replaying ``jobs`` under ``cfg`` (module docstring)."""
     net = cfg.net
     startup_s = startup_of(startup, topo, net)
-    compressed = [dataclasses.replace(j, arrival_s=j.arrival_s / cfg.time_scale) for j in jobs]
+    compressed = compressed_jobs(jobs, cfg.time_scale)
     wan, cap = compressed_events(wan_events, capacity_events, cfg.time_scale)
     sim = SimConfig(planner=cfg.planner, backfill=cfg.backfill, seed=cfg.seed, time_limit_s=cfg.time_limit_s,
                     wait=cfg.wait, replan=cfg.replan,
@@ -193,15 +200,20 @@ def planner_result(measured: list[JobRun], simulated: list[SimRecord], total_gpu
     return {"measured": m, "simulated": s, "error_pct": error, "jobs": job_rows(measured, simulated, startup)}
 
 
-def headline(results: dict[str, dict], reference: str = REFERENCE) -> str:
+def headline(results: dict[str, dict], reference: str = REFERENCE, floors: dict | None = None) -> str:
     """One row per planner: measured, simulated and their error; ratios to ``reference`` where
-    every ratio > 1 means the reference is better (lower JCT, higher throughput, lower overhead)."""
+    every ratio > 1 means the reference is better (lower JCT, higher throughput, lower overhead);
+    with ``floors`` (:mod:`emulator.floors`), each side's avg JCT over the floor and the throughput
+    ceiling over its throughput (1.00x: there)."""
     ref = results.get(reference)
     lines = [f"| planner | completed | avg JCT measured (s) | simulated (s) | error | p95 JCT measured (s) "
              f"| throughput measured (tokens/s) | simulated | error | GPU utilisation | avg overhead (ms) "
              f"| JCT / {reference}'s: measured | simulated | {reference}'s throughput / planner's: measured "
              f"| simulated |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    if floors:
+        lines = [lines[0] + " avg JCT / floor: measured | simulated | ceiling / throughput: measured | simulated |",
+                 lines[1] + "---:|---:|---:|---:|"]
     for name, r in results.items():
         m, s, e = r["measured"], r["simulated"], r["error_pct"]
         rm, rs = (ref["measured"], ref["simulated"]) if ref else ({}, {})
@@ -215,7 +227,17 @@ def headline(results: dict[str, dict], reference: str = REFERENCE) -> str:
             f"{fmt_value(ratio_of(s['avg_jct_s'], rs.get('avg_jct_s')), '.2f', suffix='x')} | "
             f"{fmt_value(ratio_of(rm.get('throughput_tokens_per_s'), m['throughput_tokens_per_s']), '.2f', suffix='x')} | "
             f"{fmt_value(ratio_of(rs.get('throughput_tokens_per_s'), s['throughput_tokens_per_s']), '.2f', suffix='x')} |")
+        if floors:
+            lines[-1] += floor_cells(m, s, floors)
     return "\n".join(lines)
+
+
+def floor_cells(measured: dict, simulated: dict, floors: dict) -> str:
+    """avg JCT / floor and throughput ceiling / throughput, measured and simulated: four table cells."""
+    ratios = [ratio_of(side["avg_jct_s"], floors["jct_floor_s"]) for side in (measured, simulated)]
+    ratios += [ratio_of(floors["throughput_ceiling_tokens_per_s"], side["throughput_tokens_per_s"])
+               for side in (measured, simulated)]
+    return "".join(f" {fmt_value(r, '.2f', suffix='x')} |" for r in ratios)
 
 
 def ranking(results: dict[str, dict], side: str) -> list[str]:
@@ -224,7 +246,7 @@ def ranking(results: dict[str, dict], side: str) -> list[str]:
     return sorted(results, key=key)
 
 
-def write_outputs(out: Path, results: dict[str, dict], meta: dict) -> str:
+def write_outputs(out: Path, results: dict[str, dict], meta: dict, floors_about: str = "") -> str:
     for name, r in results.items():
         with open(out / f"jobs-{name}.csv", "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=JOB_FIELDS)
@@ -235,15 +257,27 @@ def write_outputs(out: Path, results: dict[str, dict], meta: dict) -> str:
                             "simulated_placement": placement_text(row["simulated_placement"].items())})
     doc = {"planners": results, **meta}
     (out / "summary.json").write_text(dumps(doc, indent=1) + "\n")
-    table = headline(results)
+    table = headline(results, floors=meta.get("floors"))
     text = (f"# emulator compare\n\n{meta['what']}\n\n{table}\n\n"
             f"Ranked by avg JCT, best first: measured {', '.join(ranking(results, 'measured'))}; "
             f"simulated {', '.join(ranking(results, 'simulated'))}.\n\n"
             "JCT and throughput in real-equivalent seconds (wall / dilation); error = (simulated - measured) / "
-            "measured; every ratio > 1 means the reference planner is better.\n" + stolen_note(results))
+            "measured; every ratio > 1 means the reference planner is better.\n"
+            + (f"\n{floors_about}\n" if floors_about else "") + stolen_note(results))
     (out / "headline.md").write_text(text)
     jct_cdf(results, out / "jct_cdf", f"JCT, measured vs simulated: {meta['what']}")
     return text
+
+
+def floors_about(floors: dict | None, jobs: int, changing: bool) -> str:
+    """The paragraph under the table on its floor columns (:mod:`emulator.floors`), or why there are none."""
+    text = floors_text(floors, jobs, changing, source="emulator/floors.py",
+                       priced=(", priced as the simulated replay prices it alone (the emulated network, the exact "
+                               "schedule, the ranks' start-up allowance)"))
+    if floors is None:
+        return text
+    return text + (" Measured times rest on the emulation, not on the cost model: they may fall under the floor by "
+                   "as much as the cost model errs (the error columns).")
 
 
 def stolen_note(results: dict[str, dict]) -> str:
@@ -327,7 +361,11 @@ def main(args: argparse.Namespace) -> int:
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{what}; planners {', '.join(planners)}; output {out}")
     progress(f"dilation {net.dilation:g}: {choice.reason}")
-    meta = {"what": what, "dilation": net.dilation, "scale": net.scale, "out": str(out)}
+    changing = bool(wan_events or capacity_events)  # a changed link may be faster than the floors plan on
+    floors = None if changing else replay_floors(topo, compressed_jobs(jobs, base.time_scale), base,
+                                                 startup_of(args.startup, topo, net))
+    about = floors_about(floors, len(jobs), changing)
+    meta = {"what": what, "dilation": net.dilation, "scale": net.scale, "out": str(out), "floors": floors}
     results: dict[str, dict] = {}
     t0 = time.monotonic()
     try:
@@ -364,7 +402,7 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if results:
             meta["wall_s"] = round(time.monotonic() - t0, 1)
-            write_outputs(out, results, meta)
+            write_outputs(out, results, meta, about)
             progress(f"results in {out} ({meta['wall_s']:.0f} s in all)")
     if args.json:
         print(dumps({"planners": results, **meta}, indent=1))

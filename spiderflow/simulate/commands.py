@@ -15,7 +15,7 @@ from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, simulate
-from spiderflow.simulate.floors import trace_floors
+from spiderflow.simulate.floors import floors_text, trace_floors
 from spiderflow.simulate.metrics import (CHANGE_SUMMARY_KEYS, SUMMARY_KEYS, fmt_value, human_count, human_duration, human_pct, jct_cdf_png,
                                         ratio_of, summarise, write_rows)
 from spiderflow.topology import load_topology
@@ -200,25 +200,6 @@ def headline(summaries: dict[str, dict], reference: str = "spinsearch", floors: 
                      + (f" {fmt_value(above, '.2f', suffix='x')} | {fmt_value(below, '.2f', suffix='x')} |"
                         if floors else ""))
     return "\n".join(lines)
-
-
-def floors_text(floors: dict | None, jobs: int, changing: bool = False) -> str:
-    """What the floor columns compare with, in one paragraph (or why there are none)."""
-    if changing:
-        return ("No floors with WAN or capacity events: a changed link may be faster than the topology's figures, "
-                "which the floors plan on.")
-    if floors is None:
-        return "No floors: no job has a plan on the empty topology."
-    no_foresight = ("" if floors["jct_no_foresight_s"] == floors["jct_floor_s"] else
-                    f" ({human_duration(floors['jct_no_foresight_s'])} without holding a job back for jobs yet to "
-                    "arrive, a reference rather than a floor)")
-    ceiling = floors["throughput_ceiling_tokens_per_s"]
-    return (f"Floors ({floors['jobs']} of {jobs} jobs, those a plan fits): avg JCT >= "
-            f"{human_duration(floors['jct_floor_s'])}{no_foresight}, throughput <= "
-            f"{'n/a' if ceiling is None else human_count(ceiling, 'tokens/s')}, for any planner whose plan for "
-            "a job is no faster than SpinSearch's for it alone on the empty topology: every job runs that long, "
-            "with no other job's load and no overhead, queued only behind a job no other can run beside "
-            "(spiderflow/simulate/floors.py).")
 
 
 def cdf_title(jobs: int, trace: str, topology: str, seed: int) -> str:

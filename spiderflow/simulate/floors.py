@@ -31,7 +31,8 @@ kept, every job ends at its arrival plus its run time).
 :func:`trace_floors` gives a trace's floors on a topology, every job's run time
 SpinSearch's plan for it alone on the empty topology, as a
 :class:`spiderflow.traces.planned.PlannedGpuTime` (the sizing of ``trace
-generate --load``) has it.
+generate --load``) has it, or as a subclass prices that plan (``emulator
+compare``'s: on the emulated network, with the ranks' start-up).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spiderflow.simulate.metrics import human_count, human_duration
 from spiderflow.traces.planned import PlannedGpuTime
 from spiderflow.workload import Job
 
@@ -112,8 +114,9 @@ def schedule_floors(jobs: Sequence[tuple[float, float, int]], total_gpus: int,
 def trace_floors(jobs: Sequence[Job], sizer: PlannedGpuTime) -> dict | None:
     """The floors of replaying ``jobs`` on ``sizer``'s topology for a planner whose plans are no faster than
     SpinSearch's for each job alone on the empty topology (``sizer``'s plans, its calibration fitting the
-    links as the simulator's): each job runs that long, with no other job's load, no overhead and no
-    start-up, queued only behind a job that no other can run beside (:func:`schedule_floors`). A job no
+    links as the simulator's): each job runs that long (``sizer.run_s``, a start-up only where the sizer
+    prices one), with no other job's load and no overhead, queued only behind a job that no other can run
+    beside (:func:`schedule_floors`). A job no
     plan fits is left out (every scheduler rejects it); None when no job fits. Keys, in the simulator
     summary's units (the first arrival is the trace's):
 
@@ -138,3 +141,25 @@ def trace_floors(jobs: Sequence[Job], sizer: PlannedGpuTime) -> dict | None:
             "jct_floor_alone_s": alone, "makespan_floor_s": span,
             "throughput_ceiling_tokens_per_s": tokens / span if span > 0 else None,
             "jobs": n, "exclusive_jobs": bound.exclusive}
+
+
+def floors_text(floors: dict | None, jobs: int, changing: bool = False, *, priced: str = "",
+                source: str = "spiderflow/simulate/floors.py") -> str:
+    """What the floor columns compare with, in one paragraph (or why there are none); ``priced`` says how
+    SpinSearch's plan for a job alone is priced where the topology's figures are not all (``emulator
+    compare``'s floors), ``source`` where the floors are made."""
+    if changing:
+        return ("No floors with WAN or capacity events: a changed link may be faster than the topology's figures, "
+                "which the floors plan on.")
+    if floors is None:
+        return "No floors: no job has a plan on the empty topology."
+    no_foresight = ("" if floors["jct_no_foresight_s"] == floors["jct_floor_s"] else
+                    f" ({human_duration(floors['jct_no_foresight_s'])} without holding a job back for jobs yet to "
+                    "arrive, a reference rather than a floor)")
+    ceiling = floors["throughput_ceiling_tokens_per_s"]
+    return (f"Floors ({floors['jobs']} of {jobs} jobs, those a plan fits): avg JCT >= "
+            f"{human_duration(floors['jct_floor_s'])}{no_foresight}, throughput <= "
+            f"{'n/a' if ceiling is None else human_count(ceiling, 'tokens/s')}, for any planner whose plan for "
+            f"a job is no faster than SpinSearch's for it alone on the empty topology{priced}: every job runs that "
+            "long, with no other job's load and no overhead, queued only behind a job no other can run beside "
+            f"({source}).")

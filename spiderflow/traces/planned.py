@@ -38,11 +38,11 @@ class PlannedGpuTime:
     def __init__(self, topology: Topology, calibration: Calibration = NO_CALIBRATION) -> None:
         self.topology, self.calibration = topology, calibration
         self.flops_per_gpu = mean_achieved_flops(topology)
-        # shape -> (the plan's GPUs, its iteration s), None where no plan fits
-        self._plans: dict[tuple, tuple[int, float] | None] = {}
+        # shape -> (the plan's GPUs, its iteration s, its start-up s), None where no plan fits
+        self._plans: dict[tuple, tuple[int, float, float] | None] = {}
         self.unplanned: set[tuple] = set()
 
-    def _alone(self, job: Job) -> tuple[int, float] | None:
+    def _alone(self, job: Job) -> tuple[int, float, float] | None:
         shape = (job.model, job.gpus, job.global_batch, job.seq_len)
         if shape not in self._plans:
             self._plans[shape] = self._plan(job)
@@ -53,11 +53,16 @@ class PlannedGpuTime:
         return None if alone is None else alone[0] * alone[1]
 
     def run_s(self, job: Job) -> float | None:
-        """Seconds ``job`` runs on SpinSearch's plan for it alone on the empty topology (None: no plan fits)."""
+        """Seconds ``job`` runs on SpinSearch's plan for it alone on the empty topology, its start-up
+        (:meth:`_figures`) included (None: no plan fits)."""
         alone = self._alone(job)
-        return None if alone is None else job.iterations * alone[1]
+        return None if alone is None else alone[2] + job.iterations * alone[1]
 
-    def _plan(self, job: Job) -> tuple[int, float] | None:
+    def _figures(self, result) -> tuple[int, float, float]:
+        """A plan's GPUs, iteration time and start-up: as the planner predicts it, with no start-up."""
+        return sum(result.placement.gpus.values()), result.prediction.iteration_s, 0.0
+
+    def _plan(self, job: Job) -> tuple[int, float, float] | None:
         from spiderflow.placement import PlacementRequest, run_planner
 
         free = {c.name: c.total_gpus for c in self.topology.clusters}
@@ -66,7 +71,7 @@ class PlannedGpuTime:
                                                                 calibration=self.calibration))
         except InfeasiblePlan:
             return None
-        return sum(result.placement.gpus.values()), result.prediction.iteration_s
+        return self._figures(result)
 
     def __call__(self, job: Job) -> float:
         per_iteration = self.gpu_seconds_per_iteration(job)

@@ -150,3 +150,65 @@ def test_the_run_table_shows_a_moved_job_where_its_measured_iterations_ran():
     assert "  wan            at 5.11 s on north:16: predicted 0.026 measured 0.026 over 2 iteration(s), " \
            "error -1.2%" in lines
     assert moved.as_json()["after_change"]["placement"] == {"north": 16}
+
+
+def _floors(jobs, cfg, startup):
+    from emulator.compare import compressed_jobs, startup_of
+    from emulator.floors import replay_floors
+
+    return replay_floors(TOPO, compressed_jobs(jobs, cfg.time_scale), cfg, startup_of(startup, TOPO, cfg.net))
+
+
+def test_a_job_alone_ends_at_its_floor_but_for_the_planners_charged_time():
+    """The floor prices SpinSearch's plan alone as the simulated replay does: the emulated network (not the
+    topology's figures), the exact schedule and the start-up model, on the replay's clock."""
+    from spiderflow.simulate.floors import trace_floors
+    from spiderflow.traces.planned import PlannedGpuTime
+
+    cfg = _cfg(hosts=8)
+    job = dataclasses.replace(JOBS[0], job_id="wide", gpus=24, arrival_s=30.0)  # across the WAN
+    floors = _floors(replay_jobs([job], cfg.iterations), cfg, "model")
+    rec, = simulated_replay(TOPO, replay_jobs([job], cfg.iterations), cfg)
+    assert rec.completed and floors["jobs"] == 1 and floors["exclusive_jobs"] == 0
+    assert floors["jct_floor_s"] == pytest.approx(rec.jct_s - rec.overhead_s / cfg.net.dilation, rel=1e-9)
+    assert floors["makespan_floor_s"] == pytest.approx(floors["jct_floor_s"], rel=1e-12)
+    assert startup_s(rec.plan, TOPO, cfg.net.dilation) > 0.05 * floors["jct_floor_s"]
+    # the topology's own figures, with no start-up, would be another floor: the test tells them apart
+    plain = trace_floors(replay_jobs([job], cfg.iterations), PlannedGpuTime(TOPO))
+    assert abs(plain["jct_floor_s"] - floors["jct_floor_s"]) > 0.05 * floors["jct_floor_s"]
+
+
+def test_no_planner_beats_the_floors_in_the_simulated_replay():
+    cfg = _cfg(hosts=8)
+    jobs = replay_jobs(JOBS, cfg.iterations)
+    floors = _floors(jobs, cfg, "model")
+    assert floors["jobs"] == len(JOBS)
+    from spiderflow.simulate.metrics import summarise
+
+    for planner in ("spinsearch", "blind"):
+        s = summarise(simulated_replay(TOPO, jobs, dataclasses.replace(cfg, planner=planner)), TOPO.total_gpus)
+        assert s["completed"] == len(JOBS)
+        assert s["avg_jct_s"] >= floors["jct_floor_s"], planner
+        assert s["throughput_tokens_per_s"] <= floors["throughput_ceiling_tokens_per_s"], planner
+
+
+def test_the_floor_columns_are_each_sides_ratio_and_the_note_says_what_they_price():
+    from emulator.compare import floors_about
+
+    def side(jct, thr):
+        return {"completed": 1, "jobs": 1, "avg_jct_s": jct, "p95_jct_s": jct, "throughput_tokens_per_s": thr,
+                "gpu_utilization": 0.5, "avg_overhead_s": 0.01}
+    results = {"spinsearch": {"measured": side(12.0, 50.0), "simulated": side(15.0, 40.0),
+                              "error_pct": {"avg_jct_s": 25.0, "throughput_tokens_per_s": -20.0}}}
+    floors = {"jct_floor_s": 10.0, "jct_no_foresight_s": 10.0, "throughput_ceiling_tokens_per_s": 100.0,
+              "jobs": 1}
+    lines = headline(results, floors=floors).splitlines()
+    assert lines[0].endswith("| avg JCT / floor: measured | simulated | ceiling / throughput: measured | simulated |")
+    assert lines[2].endswith("| 1.20x | 1.50x | 2.00x | 2.50x |")
+    assert len(lines[1].split("|")) == len(lines[0].split("|")) == len(lines[2].split("|"))
+    assert "|" not in headline(results).splitlines()[0].split("simulated |")[-1]  # no floors: no columns
+    about = floors_about(floors, 1, changing=False)
+    assert "the emulated network, the exact schedule, the ranks' start-up allowance" in about
+    assert "(emulator/floors.py)" in about and "may fall under the floor" in about
+    assert floors_about(floors, 1, changing=True).startswith("No floors with WAN or capacity events")
+    assert floors_about(None, 1, changing=False) == "No floors: no job has a plan on the empty topology."

@@ -39,10 +39,14 @@ def test_compare_replays_each_planner_on_one_network(tmp_path, state_dir, assert
     assert done.stderr.count("network up") == 1  # built once for both replays
     result = json.loads(done.stdout)
     assert list(result["planners"]) == ["spinsearch", "blind"] and result["dilation"] == 1.0
+    floors = result["floors"]  # 12 + 8 GPUs > the 16 there are: one job waits for the other, whoever plans
+    assert floors["jobs"] == 2 and floors["exclusive_jobs"] == 2 and floors["jct_floor_s"] > 0
     for name, r in result["planners"].items():
         m, s = r["measured"], r["simulated"]
         assert m["completed"] == s["completed"] == 2, (name, r)
         assert abs(s["avg_jct_s"] - m["avg_jct_s"]) <= BOUND_PCT / 100 * m["avg_jct_s"], (name, m, s)
+        assert s["avg_jct_s"] >= floors["jct_floor_s"], (name, s, floors)
+        assert s["throughput_tokens_per_s"] <= floors["throughput_ceiling_tokens_per_s"], (name, s, floors)
         assert m["throughput_tokens_per_s"] > 0 and s["throughput_tokens_per_s"] > 0
         jobs = {j["job_id"]: j for j in r["jobs"]}
         assert set(jobs) == {"wan", "late"}
@@ -56,5 +60,7 @@ def test_compare_replays_each_planner_on_one_network(tmp_path, state_dir, assert
     config = json.loads((out / "config.json").read_text())
     assert config["planners"] == ["spinsearch", "blind"] and config["iterations"] == 6
     assert {"version", "git_commit", "argv"} <= set(config)  # git_commit is null outside a checkout
-    assert "ratio > 1 means the reference planner is better" in (out / "headline.md").read_text()
+    text = (out / "headline.md").read_text()
+    assert "ratio > 1 means the reference planner is better" in text
+    assert "| avg JCT / floor: measured | simulated |" in text and "\nFloors (2 of 2 jobs, " in text
     assert_no_leak()
