@@ -383,10 +383,7 @@ def main(args: argparse.Namespace) -> int:
                                 capacity_events=capacity_events)
                 started, meter = time.monotonic(), StealMeter()
                 try:
-                    runner.run()
-                except BaseException:
-                    runner.interrupt()
-                    raise
+                    runner.run()  # marks what was still running if it raises
                 finally:
                     stolen = 100 * meter.share()
                     write_results(out / name, runner.jobs, net, emu.mechanism, time.monotonic() - started,

@@ -271,11 +271,7 @@ def main(args: argparse.Namespace) -> int:
             if runner.cpu_flops_per_s is not None:  # probed by the Runner: config.json gets it too
                 config["cpu_flops_per_s"] = runner.cpu_flops_per_s
             (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")  # and the clock offsets
-            try:
-                runner.run()
-            except BaseException:
-                runner.interrupt()
-                raise
+            runner.run()  # marks what was still running if it raises
     finally:
         if runner is not None:
             wall, stolen = time.monotonic() - t0, 100 * meter.share()

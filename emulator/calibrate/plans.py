@@ -121,11 +121,7 @@ def run_case(emu, topology: Topology, case: PlanCase, config: RunConfig, calibra
     plan = case.plan(config.iterations)
     config = dataclasses.replace(config, planner=fixed_plan(plan, case.plan_id))  # the plan is the planner
     runner = Runner(topology, [plan.job], config, emu, out_dir=out_dir, log=log, pool=pool)
-    try:
-        runner.run()
-    except BaseException:
-        runner.interrupt()
-        raise
+    runner.run()  # marks what was still running if it raises
     j = runner.jobs[0]
     cal_view = emulated_view(topology, config.net, calibration=calibration)
     record = {"plan_id": case.plan_id, "topology": topology.source, "job": case.model, "shape": case.shape,

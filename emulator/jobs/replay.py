@@ -354,6 +354,15 @@ class Runner:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> list[JobRun]:
+        """Replay the trace; on any exception (Ctrl-C too) mark what was running or queued
+        (:meth:`interrupt`), with the player stopped and the WAN restored first, and raise it."""
+        try:
+            return self._replay()
+        except BaseException:
+            self.interrupt()
+            raise
+
+    def _replay(self) -> list[JobRun]:
         self.t0 = time.monotonic()
         before = os.getpriority(os.PRIO_PROCESS, 0)
         try:
