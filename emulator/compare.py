@@ -59,7 +59,7 @@ from spiderflow.placement import PLANNERS
 from spiderflow.plan import placement_text
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
-from spiderflow.simulate.floors import floors_text
+from spiderflow.simulate.floors import faster_link, floors_text
 from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
 from spiderflow.topology import Topology
 from spiderflow.traces import load_trace
@@ -269,9 +269,10 @@ def write_outputs(out: Path, results: dict[str, dict], meta: dict, floors_about:
     return text
 
 
-def floors_about(floors: dict | None, jobs: int, changing: bool) -> str:
-    """The paragraph under the table on its floor columns (:mod:`emulator.floors`), or why there are none."""
-    text = floors_text(floors, jobs, changing, source="emulator/floors.py",
+def floors_about(floors: dict | None, jobs: int, faster: str = "", events: bool = False) -> str:
+    """The paragraph under the table on its floor columns (:mod:`emulator.floors`), or why there are none
+    (``faster``: :func:`~spiderflow.simulate.floors.faster_link`)."""
+    text = floors_text(floors, jobs, faster, events=events, source="emulator/floors.py",
                        priced=(", priced as the simulated replay prices it alone (the emulated network, the exact "
                                "schedule, the ranks' start-up allowance)"))
     if floors is None:
@@ -361,10 +362,10 @@ def main(args: argparse.Namespace) -> int:
     (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
     progress(f"{what}; planners {', '.join(planners)}; output {out}")
     progress(f"dilation {net.dilation:g}: {choice.reason}")
-    changing = bool(wan_events or capacity_events)  # a changed link may be faster than the floors plan on
-    floors = None if changing else replay_floors(topo, compressed_jobs(jobs, base.time_scale), base,
-                                                 startup_of(args.startup, topo, net))
-    about = floors_about(floors, len(jobs), changing)
+    faster = faster_link(topo, wan_events)  # a link faster than the floors plan on: none
+    floors = None if faster else replay_floors(topo, compressed_jobs(jobs, base.time_scale), base,
+                                               startup_of(args.startup, topo, net))
+    about = floors_about(floors, len(jobs), faster, events=bool(wan_events or capacity_events))
     meta = {"what": what, "dilation": net.dilation, "scale": net.scale, "out": str(out), "floors": floors}
     results: dict[str, dict] = {}
     t0 = time.monotonic()

@@ -15,7 +15,7 @@ from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, simulate
-from spiderflow.simulate.floors import floors_text, trace_floors
+from spiderflow.simulate.floors import faster_link, floors_text, trace_floors
 from spiderflow.simulate.metrics import (CHANGE_SUMMARY_KEYS, SUMMARY_KEYS, fmt_value, human_count, human_duration, human_pct, jct_cdf_png,
                                         ratio_of, summarise, write_rows)
 from spiderflow.topology import load_topology
@@ -221,10 +221,10 @@ def cmd_compare(args) -> int:
     if out:
         for name in planners:
             write_rows(records[name], out / f"jobs-{name}.csv", changes=_changing(args))
-    changing = _changing(args)
-    floors = None if changing else trace_floors(jobs, PlannedGpuTime(topo, cal))
+    faster = faster_link(topo, args.changes.get("wan_events", ()))
+    floors = None if faster else trace_floors(jobs, PlannedGpuTime(topo, cal))
     table = headline(summaries, floors=floors)
-    about = floors_text(floors, len(jobs), changing)
+    about = floors_text(floors, len(jobs), faster, events=_changing(args))
     if out:
         (out / "summary.json").write_text(dumps({"planners": summaries, "floors": floors}))
         (out / "config.json").write_text(dumps(_resolved(args, planners)))

@@ -44,7 +44,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spiderflow.simulate.metrics import human_count, human_duration
+from spiderflow.topology import Topology
 from spiderflow.traces.planned import PlannedGpuTime
+from spiderflow.wan import WanEvent
 from spiderflow.workload import Job
 
 MAX_EXCLUSIVE = 3  # exclusive jobs ordered and placed exactly (k! (n + 1)^k start times at most)
@@ -143,14 +145,31 @@ def trace_floors(jobs: Sequence[Job], sizer: PlannedGpuTime) -> dict | None:
             "jobs": n, "exclusive_jobs": bound.exclusive}
 
 
-def floors_text(floors: dict | None, jobs: int, changing: bool = False, *, priced: str = "",
+def faster_link(topology: Topology, wan_events: Sequence[WanEvent]) -> str:
+    """The first WAN event that gives a link more bandwidth or less latency than ``topology`` has, said in a
+    few words; "" when none does. Then every link stays at most as fast as the topology has it (an outage
+    only takes it away), capacity events only take GPUs away for a while, and a stop only adds its restart
+    cost: no job runs faster than its plan alone on the empty topology, and :func:`trace_floors` hold."""
+    links = {link.key: link for link in topology.links}
+    for e in wan_events:
+        link = links[e.key]
+        if e.bandwidth_gbps is not None and e.bandwidth_gbps > link.bandwidth_gbps:
+            return (f"{e.a}-{e.b} at {e.time_s:g} s has {e.bandwidth_gbps:g} Gbit/s, over the topology's "
+                    f"{link.bandwidth_gbps:g}")
+        if e.latency_ms is not None and e.latency_ms < link.latency_ms:
+            return f"{e.a}-{e.b} at {e.time_s:g} s has {e.latency_ms:g} ms, under the topology's {link.latency_ms:g}"
+    return ""
+
+
+def floors_text(floors: dict | None, jobs: int, faster: str = "", *, events: bool = False, priced: str = "",
                 source: str = "spiderflow/simulate/floors.py") -> str:
-    """What the floor columns compare with, in one paragraph (or why there are none); ``priced`` says how
-    SpinSearch's plan for a job alone is priced where the topology's figures are not all (``emulator
-    compare``'s floors), ``source`` where the floors are made."""
-    if changing:
-        return ("No floors with WAN or capacity events: a changed link may be faster than the topology's figures, "
-                "which the floors plan on.")
+    """What the floor columns compare with, in one paragraph (or why there are none: ``faster``, from
+    :func:`faster_link`); ``events``: the run had WAN or capacity events; ``priced`` says how SpinSearch's plan
+    for a job alone is priced where the topology's figures are not all (``emulator compare``'s floors),
+    ``source`` where the floors are made."""
+    if faster:
+        return (f"No floors: a WAN event makes a link faster than the topology's figures, which the floors plan on "
+                f"({faster}).")
     if floors is None:
         return "No floors: no job has a plan on the empty topology."
     no_foresight = ("" if floors["jct_no_foresight_s"] == floors["jct_floor_s"] else
@@ -162,4 +181,5 @@ def floors_text(floors: dict | None, jobs: int, changing: bool = False, *, price
             f"{'n/a' if ceiling is None else human_count(ceiling, 'tokens/s')}, for any planner whose plan for "
             f"a job is no faster than SpinSearch's for it alone on the empty topology{priced}: every job runs that "
             "long, with no other job's load and no overhead, queued only behind a job no other can run beside "
-            f"({source}).")
+            f"({source})." + (" This run's WAN and capacity events only slow links and take GPUs away for a "
+                              "while, so the floors hold under them." if events else ""))

@@ -207,8 +207,11 @@ def test_the_floor_columns_are_each_sides_ratio_and_the_note_says_what_they_pric
     assert lines[2].endswith("| 1.20x | 1.50x | 2.00x | 2.50x |")
     assert len(lines[1].split("|")) == len(lines[0].split("|")) == len(lines[2].split("|"))
     assert "|" not in headline(results).splitlines()[0].split("simulated |")[-1]  # no floors: no columns
-    about = floors_about(floors, 1, changing=False)
+    about = floors_about(floors, 1)
     assert "the emulated network, the exact schedule, the ranks' start-up allowance" in about
     assert "(emulator/floors.py)" in about and "may fall under the floor" in about
-    assert floors_about(floors, 1, changing=True).startswith("No floors with WAN or capacity events")
-    assert floors_about(None, 1, changing=False) == "No floors: no job has a plan on the empty topology."
+    assert "WAN and capacity events" not in about
+    assert "events only slow links" in floors_about(floors, 1, events=True)
+    assert floors_about(floors, 1, "a-b at 3 s has 9 Gbit/s, over the topology's 1").startswith(
+        "No floors: a WAN event makes a link faster than the topology's figures")
+    assert floors_about(None, 1) == "No floors: no job has a plan on the empty topology."

@@ -265,6 +265,10 @@ CLI_BASES: dict[str, list[list[str]]] = {
     "cli-compare": [
         ["compare", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", "--planners",
          "spinsearch,blind", "--search-budget", "20", "--time-limit", "1", "--json", "--jobs", "3"],
+        # with events: floors, or none when an event makes a link faster than the topology's
+        ["compare", "--topology", "topologies/default.yaml", "--trace", "traces/default.csv", "--planners",
+         "spinsearch,blind", "--wan-events", "wan/default.csv", "--capacity-events", "wan/capacity.csv", "--json",
+         "--jobs", "3"],
     ],
     "cli-trace": [
         ["trace", "generate", "--jobs", "5", "--seed", "1", "--arrival", "bursty", "--mean-interarrival", "60",

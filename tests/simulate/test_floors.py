@@ -165,13 +165,46 @@ def test_compare_reports_each_planners_distance_to_the_floors(tmp_path, capsys):
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["floors"] == result["floors"]
 
 
-def test_compare_with_wan_events_gives_no_floors_and_says_why(tmp_path, capsys):
+def test_compare_with_a_wan_event_faster_than_the_topology_gives_no_floors_and_says_why(tmp_path, capsys):
     from spiderflow.cli import main
 
     (tmp_path / "t.csv").write_text(TRACE)
-    (tmp_path / "wan.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n30,virginia-london,5.0,,1\n")
+    (tmp_path / "wan.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n"
+                                      "30,virginia-london,1.0,,1\n40,virginia-london,5.0,,1\n")  # 1.15 Gbit/s
     argv = ["compare", "--topology", "topologies/paper8.yaml", "--trace", str(tmp_path / "t.csv"), "--planners",
             "blind", "--wan-events", str(tmp_path / "wan.csv")]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "avg JCT / floor" not in out and "No floors with WAN or capacity events" in out
+    assert "avg JCT / floor" not in out
+    assert ("No floors: a WAN event makes a link faster than the topology's figures, which the floors plan on "
+            "(virginia-london at 40 s has 5 Gbit/s, over the topology's 1.15).") in out
+    (tmp_path / "wan.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n30,london-paris,,3.5,1\n")
+    assert main(argv) == 0
+    assert "(london-paris at 30 s has 3.5 ms, under the topology's 4)." in capsys.readouterr().out
+
+
+def test_the_floors_hold_under_events_that_only_slow_links_and_take_gpus(tmp_path, capsys):
+    """Thinner links, a longer round trip, an outage and spot GPUs taken away: the floors are those of the
+    unchanged topology, and every planner's replay under the events stays above them."""
+    from spiderflow.cli import main
+    from spiderflow.simulate.floors import trace_floors
+    from spiderflow.traces import load_trace
+
+    (tmp_path / "t.csv").write_text(TRACE)
+    (tmp_path / "wan.csv").write_text("time_s,link,bandwidth_gbps,latency_ms,up\n"
+                                      "30,virginia-london,0.3,60,1\n100,ohio-virginia,,,0\n5000,ohio-virginia,,,1\n")
+    (tmp_path / "cap.csv").write_text("time_s,cluster,gpus,notice_s,return_s\n70,virginia,8,30,9000\n")
+    argv = ["compare", "--topology", "topologies/paper8.yaml", "--trace", str(tmp_path / "t.csv"), "--planners",
+            "spinsearch,blind", "--wan-events", str(tmp_path / "wan.csv"), "--capacity-events",
+            str(tmp_path / "cap.csv"), "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    topo = load_topology(REPO / "topologies/paper8.yaml")
+    floors = trace_floors(load_trace(tmp_path / "t.csv").jobs, PlannedGpuTime(topo))
+    assert result["floors"] == pytest.approx(floors)
+    for name, s in result["planners"].items():
+        assert s["completed"] == 3, name
+        assert s["avg_jct_s"] >= 0.99 * floors["jct_floor_s"], name
+        assert s["throughput_tokens_per_s"] <= floors["throughput_ceiling_tokens_per_s"] / 0.99, name
+    assert main(argv[:-1]) == 0
+    assert "This run's WAN and capacity events only slow links and take GPUs away" in capsys.readouterr().out
