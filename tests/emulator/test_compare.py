@@ -173,6 +173,9 @@ def test_a_job_alone_ends_at_its_floor_but_for_the_planners_charged_time():
     assert floors["jct_floor_s"] == pytest.approx(rec.jct_s - rec.overhead_s / cfg.net.dilation, rel=1e-9)
     assert floors["makespan_floor_s"] == pytest.approx(floors["jct_floor_s"], rel=1e-12)
     assert startup_s(rec.plan, TOPO, cfg.net.dilation) > 0.05 * floors["jct_floor_s"]
+    # --startup in seconds: every job's floor moves by exactly that
+    assert _floors(replay_jobs([job], cfg.iterations), cfg, 2.5)["jct_floor_s"] == pytest.approx(
+        _floors(replay_jobs([job], cfg.iterations), cfg, 0.0)["jct_floor_s"] + 2.5, rel=1e-12)
     # the topology's own figures, with no start-up, would be another floor: the test tells them apart
     plain = trace_floors(replay_jobs([job], cfg.iterations), PlannedGpuTime(TOPO))
     assert abs(plain["jct_floor_s"] - floors["jct_floor_s"]) > 0.05 * floors["jct_floor_s"]
