@@ -118,9 +118,8 @@ def trace_floors(jobs: Sequence[Job], sizer: PlannedGpuTime) -> dict | None:
     SpinSearch's for each job alone on the empty topology (``sizer``'s plans, its calibration fitting the
     links as the simulator's): each job runs that long (``sizer.run_s``, a start-up only where the sizer
     prices one), with no other job's load and no overhead, queued only behind a job that no other can run
-    beside (:func:`schedule_floors`). A job no
-    plan fits is left out (every scheduler rejects it); None when no job fits. Keys, in the simulator
-    summary's units (the first arrival is the trace's):
+    beside (:func:`schedule_floors`). A job no plan fits is left out (every scheduler rejects it); None when
+    no job fits. Keys, in the simulator summary's units (the first arrival is the trace's):
 
     - ``jct_floor_s``: the least avg JCT; ``jct_no_foresight_s``: that without foresight (a reference);
       ``jct_floor_alone_s``: the mean run alone (no queue at all);
