@@ -4,11 +4,12 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
 from spiderflow.errors import EmulatorError
-from emulator.net.state import MARKER_ENV, ProcRecord, StateStore, proc_starttime, remove_leftovers
+from emulator.net.state import MARKER_ENV, ProcRecord, StateStore, marked_pids, proc_starttime, remove_leftovers
 
 
 def test_second_lock_holder_is_refused_with_the_owner_named(tmp_path):
@@ -51,12 +52,16 @@ def sleeper(marker=None):
 
 
 def test_remove_leftovers_ends_recorded_and_marked_processes_only(tmp_path):
-    recorded, marked, bystander = sleeper(), sleeper("run-1"), sleeper("run-2")
+    # Run ids of this test alone: markers are machine-wide, so with a fixed "run-1" any other run of this
+    # test on the machine at that moment could end our marked sleeper first. CI once counted 1 here, not 2.
+    mine, other = f"run-{uuid.uuid4().hex}", f"run-{uuid.uuid4().hex}"
+    recorded, marked, bystander = sleeper(), sleeper(mine), sleeper(other)
     try:
-        run_dir = tmp_path / "spiderflow-emu-run-1-abc"
+        run_dir = tmp_path / f"spiderflow-emu-{mine}-abc"
         run_dir.mkdir()
-        state = {"run_id": "run-1", "files": [str(run_dir)], "processes": [
+        state = {"run_id": mine, "files": [str(run_dir)], "processes": [
             {"pid": recorded.pid, "starttime": proc_starttime(recorded.pid), "role": "delayd"}]}
+        assert marked_pids(mine) == [marked.pid], "the marked sleeper is not found by its marker"
         assert remove_leftovers(state, grace_s=1.0) == 2
         assert recorded.wait(5) is not None and marked.wait(5) is not None
         assert bystander.poll() is None and not run_dir.exists()
@@ -71,7 +76,7 @@ def test_a_recycled_pid_is_not_killed():
     try:
         stale = ProcRecord(pid=proc.pid, starttime=proc_starttime(proc.pid) - 1, role="shell")
         assert not stale.alive()
-        assert remove_leftovers({"run_id": "nobody", "processes": [vars(stale)]}, grace_s=0.5) == 0
+        assert remove_leftovers({"run_id": f"nobody-{uuid.uuid4().hex}", "processes": [vars(stale)]}, grace_s=0.5) == 0
         assert proc.poll() is None
     finally:
         proc.kill()
