@@ -219,9 +219,25 @@ def run_dirs(state: dict) -> list[Path]:
     return sorted(dirs)
 
 
+LATE_LOOKS = 3  # how many times remove_leftovers looks again for marked processes once it ended those it knew
+
+
+def _marked_besides(run_id: str, known: dict[int, int]) -> dict[int, int]:
+    """Live processes carrying ``run_id``'s marker that ``known`` (pid -> starttime) does not hold."""
+    found = {}
+    for pid in marked_pids(run_id):
+        start = proc_starttime(pid)
+        if start is not None and known.get(pid) != start:
+            found[pid] = start
+    return found
+
+
 def remove_leftovers(state: dict, *, log: Callable[[str], None] = lambda _m: None,
                      grace_s: float = 2.0) -> int:
     """End every process the state file names or that carries its marker; remove its files.
+    Once those are ended it looks again (up to ``LATE_LOOKS`` times) for marked processes it did not
+    know: children forked while their parent was being ended (a rank pool starting a rank as the
+    end came), or one that the first look missed.
 
     Returns how many processes were ended; raises EmulatorError if any survive.
     """
@@ -230,15 +246,18 @@ def remove_leftovers(state: dict, *, log: Callable[[str], None] = lambda _m: Non
     shells = {r.pid for r in records if r.role == "shell"}
     run_id = state.get("run_id")
     if run_id:
-        for pid in marked_pids(run_id):
-            start = proc_starttime(pid)
-            if start is not None:
-                targets.setdefault(pid, start)
+        targets.update(_marked_besides(run_id, targets))
     targets.pop(os.getpid(), None)
     workers = {p: s for p, s in targets.items() if p not in shells}
     left = end_processes(workers, grace_s=grace_s)
     left.update(end_processes({p: s for p, s in targets.items() if p in shells},
                               grace_s=grace_s, kill_now=shells))
+    for _ in range(LATE_LOOKS if run_id else 0):
+        late = _marked_besides(run_id, targets)
+        if not late:
+            break
+        targets.update(late)
+        left.update(end_processes(late, grace_s=grace_s))
     for path in run_dirs(state):
         shutil.rmtree(path, ignore_errors=True)
     if left:
@@ -246,5 +265,5 @@ def remove_leftovers(state: dict, *, log: Callable[[str], None] = lambda _m: Non
                             "network's namespaces: kill them by pid, then run python -m emulator clean")
     if targets:
         log(f"ended {len(targets)} processes of emulation {run_id} "
-            f"({len(targets) - len(workers)} host shells); their namespaces are gone")
+            f"({sum(p in shells for p in targets)} host shells); their namespaces are gone")
     return len(targets)

@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 from spiderflow.errors import EmulatorError
-from emulator.net.state import MARKER_ENV, ProcRecord, StateStore, marked_pids, proc_starttime, remove_leftovers
+from emulator.net.state import MARKER_ENV, ProcRecord, StateStore, marked_pids, proc_has_marker, proc_starttime, \
+    remove_leftovers
 
 
 def test_second_lock_holder_is_refused_with_the_owner_named(tmp_path):
@@ -69,6 +70,39 @@ def test_remove_leftovers_ends_recorded_and_marked_processes_only(tmp_path):
         for p in (recorded, marked, bystander):
             p.kill()
             p.wait()
+
+
+# A marked process that, when told to end, starts a child (which inherits the marker), writes the
+# child's pid to argv[1] and exits: a rank pool that was starting a rank as the end came.
+FORKS_ON_TERM = """
+import signal, subprocess, sys, time
+def forked(*_):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    open(sys.argv[1], "w").write(str(child.pid))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, forked)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_child_forked_while_its_parent_is_ended_is_ended_too(tmp_path):
+    run_id, child_pid = f"run-{uuid.uuid4().hex}", tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", FORKS_ON_TERM, str(child_pid)],
+                              env={**os.environ, MARKER_ENV: run_id}, stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        assert parent.stdout.readline() == "ready\n"
+        assert remove_leftovers({"run_id": run_id, "processes": []}, grace_s=2.0) == 2  # the parent, then its child
+        assert parent.wait(5) == 0  # it ended on SIGTERM, after forking
+        child = int(child_pid.read_text())
+        assert proc_starttime(child) is None, "the child forked at the end outlived remove_leftovers"
+        assert marked_pids(run_id) == []
+    finally:
+        parent.kill()
+        parent.wait()
+        if child is not None and proc_has_marker(child, run_id):  # ours still, not a recycled pid
+            os.kill(child, 9)
 
 
 def test_a_recycled_pid_is_not_killed():
