@@ -1,6 +1,7 @@
 """Measurement helpers, the tolerance rule and the check table (no root)."""
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -115,14 +116,22 @@ def test_table_states_scale_mechanism_and_verdicts():
     assert json.loads(json.dumps(results[0].as_json()))["mechanism"] == "htb+nfqueue"
 
 
+def free_udp_port() -> str:
+    """A UDP port nobody holds now (a fixed one fails the test on a machine where something has it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("0.0.0.0", 0))
+        return str(s.getsockname()[1])
+
+
 def test_probe_measures_one_way_delay_on_loopback():
-    echo = subprocess.Popen([sys.executable, "-m", "emulator.net.probe", "echo", "--port", "47311",
+    port = free_udp_port()
+    echo = subprocess.Popen([sys.executable, "-m", "emulator.net.probe", "echo", "--port", port,
                              "--idle-timeout", "20"], stdout=subprocess.PIPE, cwd=REPO)
     try:
         assert echo.stdout.readline().strip() == b"ready"
         t0 = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "emulator.net.probe", "send", "--to", "127.0.0.1",
-                               "--port", "47311", "--count", "5", "--interval", "0.01"],
+                               "--port", port, "--count", "5", "--interval", "0.01"],
                               capture_output=True, text=True, cwd=REPO, timeout=30)
         report = json.loads(done.stdout)
         assert report["lost"] == 0 and len(report["forward_ms"]) == 5
