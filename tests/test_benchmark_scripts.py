@@ -5,6 +5,7 @@ its planner calls replays."""
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,9 @@ def script(name: str, *args: str) -> subprocess.CompletedProcess:
     ("delay_stalls.py", ("--busy-ms", "300"), "--busy-ms (300) must be less than --period-ms (200)"),
     ("replan_on_return.py", ("--withdrawals", "8,x"), "argument --withdrawals: must be comma-separated integers"),
     ("thin_link_transfer.py", ("--bogus",), "unrecognized arguments: --bogus"),  # it ignored them, even --help
+    ("emulated_orders.py", ("--seeds", "1,1"), "argument --seeds: must be distinct integers in 0..4294967295"),
+    ("emulated_orders.py", ("--planners", "ilp,blind"), "argument --planners: must be distinct planners, "
+                                                        "comma-separated, spinsearch and at least one other"),
 ])
 def test_a_benchmark_script_refuses_bad_arguments_in_one_line(name, args, says, tmp_path):
     done = script(name, *(a.format(tmp=tmp_path) for a in args))
@@ -71,3 +75,23 @@ def test_a_tiny_run_writes_its_table_and_a_recording_replays(tmp_path):
     assert done.returncode == 0 and said and int(said[1]) >= 20 and said[2] == str(calls), done.stderr
     done = script("planner_replay.py", "replay", str(calls))
     assert done.returncode == 0 and done.stdout.startswith(f"{said[1]} calls: "), done.stderr
+
+
+def test_emulated_orders_deals_the_same_jobs_to_the_same_times():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from emulated_orders import reordered
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from spiderflow.traces import load_trace
+
+    jobs = load_trace(REPO / "traces" / "paper8-16.csv").jobs
+    assert reordered(jobs, 0) == list(jobs)
+    for seed in (1, 2):
+        order = reordered(jobs, seed)
+        assert [j.arrival_s for j in order] == [j.arrival_s for j in jobs]
+        assert sorted(j.job_id for j in order) == sorted(j.job_id for j in jobs)
+        assert [j.job_id for j in order] != [j.job_id for j in jobs]
+        same = {j.job_id: j for j in jobs}
+        assert all(o == replace(same[o.job_id], arrival_s=o.arrival_s) for o in order)  # only the time moved
+    assert [j.job_id for j in reordered(jobs, 1)] != [j.job_id for j in reordered(jobs, 2)]

@@ -1,0 +1,185 @@
+"""SpinSearch's lead on real traffic over other arrival orders of one trace: `emulator compare` per seed (root).
+
+    sudo .venv/bin/python benchmarks/emulated_orders.py [--topology topologies/paper8.yaml]
+        [--trace traces/paper8-16.csv] [--seeds 1,2,3] [--planners spinsearch,ilp,genetic,blind]
+        [--iterations 8] [--hosts-per-cluster 10] [--search-budget 1000]
+        [--out benchmarks/results/emulated-orders-paper8]
+
+The README's emulated headline is one trace in one order. Seed s keeps that trace's jobs and its
+arrival times and deals the jobs out to those times in the order ``random.Random(s).shuffle`` gives
+(seed 0: the order as written), so a seed changes which job arrives first and which ones find the
+clusters busy, not the work offered. Each seed is one ``emulator compare`` (about five minutes for
+paper8-16's four planners on 2 cores) into ``OUT/seed-S/`` (its trace.csv beside compare's files).
+``OUT/orders.md`` gives per seed every other planner's avg JCT over SpinSearch's and SpinSearch's
+throughput over the planner's, measured (simulated), SpinSearch's avg JCT over the replay's floor,
+then per planner the geometric mean and the smallest of each ratio over the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from emulator.net.layout import MAX_HOSTS  # noqa: E402
+from emulator.run import MAX_ITERATIONS  # noqa: E402
+from spiderflow.cliutil import OneLineParser, int_in, make_output_dir, one_line_errors, output_dir  # noqa: E402
+from spiderflow.errors import ConfigError  # noqa: E402
+from spiderflow.placement import PLANNERS  # noqa: E402
+from spiderflow.traces import load_trace  # noqa: E402
+from spiderflow.traces.ours import write_trace  # noqa: E402
+from spiderflow.workload import Job  # noqa: E402
+
+REFERENCE = "spinsearch"
+
+
+def reordered(jobs: list[Job], seed: int) -> list[Job]:
+    """``jobs`` (sorted by arrival) dealt out to the same arrival times in ``random.Random(seed)``'s
+    shuffled order; seed 0 leaves them as they are."""
+    times = [j.arrival_s for j in jobs]
+    order = list(jobs)
+    if seed:
+        random.Random(seed).shuffle(order)
+    return [replace(j, arrival_s=t) for j, t in zip(order, times)]
+
+
+def seed_list(text: str) -> list[int]:
+    """argparse type for ``--seeds``: distinct integers in 0..2**32-1, comma-separated."""
+    try:
+        seeds = [int(x) for x in text.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds) or any(not 0 <= s < 2 ** 32 for s in seeds):
+        raise argparse.ArgumentTypeError(f"must be distinct integers in 0..4294967295, comma-separated (got {text!r})")
+    return seeds
+
+
+def planner_list(text: str) -> list[str]:
+    """argparse type for ``--planners``: distinct known planners, SpinSearch and at least one other."""
+    names = [x.strip() for x in text.split(",")]
+    if any(n not in PLANNERS for n in names) or REFERENCE not in names or len(set(names)) != len(names) \
+            or len(names) < 2:
+        raise argparse.ArgumentTypeError(f"must be distinct planners, comma-separated, {REFERENCE} and at least one "
+                                         f"other, of {', '.join(sorted(PLANNERS))} (got {text!r})")
+    return names
+
+
+def ratios(summary: dict, planner: str, kind: str) -> tuple[float, float]:
+    """(planner's avg JCT / SpinSearch's, SpinSearch's throughput / planner's) of one compare's ``kind``
+    (measured or simulated) results."""
+    mine, ref = summary["planners"][planner][kind], summary["planners"][REFERENCE][kind]
+    return mine["avg_jct_s"] / ref["avg_jct_s"], ref["throughput_tokens_per_s"] / mine["throughput_tokens_per_s"]
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def table(runs: dict[int, dict], planners: list[str]) -> list[str]:
+    """orders.md's tables: per seed, then per planner over the seeds."""
+    others = [p for p in planners if p != REFERENCE]
+    lines = ["| seed | first three arrivals | completed | SpinSearch avg JCT (s) | / floor | "
+             + " | ".join(f"{p}: JCT / SpinSearch's | SpinSearch's throughput / {p}'s" for p in others) + " |",
+             "|---|---|---|---:|---:|" + "---:|---:|" * len(others)]
+    for seed, run in runs.items():
+        s, floors = run["summary"], run["summary"].get("floors")
+        ref = s["planners"][REFERENCE]["measured"]
+        done = ", ".join(f"{p} {s['planners'][p]['measured']['completed']}/{s['planners'][p]['measured']['jobs']}"
+                         for p in planners)
+        over = f"{ref['avg_jct_s'] / floors['jct_floor_s']:.2f}x" if floors else "-"
+        cells = []
+        for p in others:
+            (jm, tm), (js, ts) = ratios(s, p, "measured"), ratios(s, p, "simulated")
+            cells += [f"{jm:.2f}x ({js:.2f}x)", f"{tm:.2f}x ({ts:.2f}x)"]
+        lines.append(f"| {seed} | {', '.join(run['first'])} | {done} | {ref['avg_jct_s']:.2f} | {over} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "| planner | JCT / SpinSearch's: geometric mean | smallest | SpinSearch's throughput / "
+              "planner's: geometric mean | smallest |", "|---|---:|---:|---:|---:|"]
+    for p in others:
+        cells = []
+        for i in (0, 1):
+            m = [ratios(r["summary"], p, "measured")[i] for r in runs.values()]
+            sim = [ratios(r["summary"], p, "simulated")[i] for r in runs.values()]
+            cells += [f"{geomean(m):.2f}x ({geomean(sim):.2f}x)", f"{min(m):.2f}x ({min(sim):.2f}x)"]
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="benchmarks/emulated_orders.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--topology", default="topologies/paper8.yaml")
+    parser.add_argument("--trace", default="traces/paper8-16.csv")
+    parser.add_argument("--seeds", type=seed_list, default="1,2,3")
+    parser.add_argument("--planners", type=planner_list, default="spinsearch,ilp,genetic,blind")
+    parser.add_argument("--iterations", type=int_in(3, MAX_ITERATIONS), default=8)
+    parser.add_argument("--hosts-per-cluster", type=int_in(1, MAX_HOSTS), default=10)
+    parser.add_argument("--search-budget", type=int_in(1, 1_000_000), default=1000)
+    parser.add_argument("--out", type=output_dir, default="benchmarks/results/emulated-orders-paper8")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("error: run as root (it builds emulated networks)", file=sys.stderr)
+        return 2
+    return one_line_errors(lambda: run(args))
+
+
+def run(args) -> None:
+    jobs = load_trace(args.trace).jobs
+    if len(jobs) < 2:
+        raise ConfigError(f"{args.trace}: {len(jobs)} job(s); reordering needs at least 2")
+    out = make_output_dir(args.out)
+    runs: dict[int, dict] = {}
+    t0 = time.monotonic()
+    for seed in args.seeds:
+        where = out / f"seed-{seed}"
+        where.mkdir(exist_ok=True)
+        order = reordered(jobs, seed)
+        write_trace(order, where / "trace.csv", comment=f"{args.trace} in the order of seed {seed} "
+                                                         "(benchmarks/emulated_orders.py)")
+        argv = [sys.executable, "-m", "emulator", "compare", "--topology", args.topology,
+                "--trace", str(where / "trace.csv"), "--planners", ",".join(args.planners),
+                "--iterations", str(args.iterations), "--hosts-per-cluster", str(args.hosts_per_cluster),
+                "--search-budget", str(args.search_budget), "--out", str(where)]
+        print(f"[orders] seed {seed}: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+        if done.returncode != 0 or not (where / "summary.json").exists():
+            raise ConfigError(f"seed {seed}: emulator compare exited {done.returncode}: "
+                              f"{done.stderr.strip().splitlines()[-1:] or ['(nothing on stderr)']}")
+        summary = json.loads((where / "summary.json").read_text())
+        runs[seed] = {"summary": summary, "first": [j.job_id for j in order[:3]]}
+        print(f"[orders] seed {seed}: " + ", ".join(f"{p} {ratios(summary, p, 'measured')[0]:.2f}x"
+                                                    for p in args.planners if p != REFERENCE)
+              + f" avg JCT over SpinSearch's ({summary['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+    cmd = (f"sudo .venv/bin/python benchmarks/emulated_orders.py --topology {args.topology} --trace {args.trace} "
+           f"--seeds {','.join(map(str, args.seeds))} --planners {','.join(args.planners)} "
+           f"--iterations {args.iterations} --hosts-per-cluster {args.hosts_per_cluster} "
+           f"--search-budget {args.search_budget} --out {args.out}")
+    first = next(iter(runs.values()))["summary"]
+    lines = [f"# SpinSearch on real traffic over {len(runs)} arrival orders of {Path(args.trace).name}", "",
+             f"`{cmd}`", "",
+             f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, Linux "
+             f"{platform.release()}, Python {platform.python_version()}; run "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.monotonic() - t0:.0f} s in all. "
+             f"Each seed: {first['what']}.", "",
+             "Seed s deals the trace's jobs out to its arrival times in `random.Random(s).shuffle`'s order "
+             "(benchmarks/emulated_orders.py). Ratios over 1.00x mean SpinSearch did better; measured on the "
+             "emulated network, the simulator's prediction of the same replay in brackets. Floor: "
+             "`emulator compare`'s (each job on SpinSearch's plan for it alone, queued only behind a job no "
+             "other can run beside). Each seed's files: `seed-S/` (headline.md, jobs-*.csv, summary.json).", ""]
+    lines += table(runs, args.planners)
+    (out / "orders.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
