@@ -3,7 +3,7 @@
     sudo .venv/bin/python benchmarks/emulated_orders.py [--topology topologies/paper8.yaml]
         [--trace traces/paper8-16.csv] [--seeds 1,2,3] [--planners spinsearch,ilp,genetic,blind]
         [--iterations 8] [--hosts-per-cluster 10] [--search-budget 1000]
-        [--out benchmarks/results/emulated-orders-paper8]
+        [--out benchmarks/results/emulated-orders-paper8] [--render]
 
 The README's emulated headline is one trace in one order. Seed s keeps that trace's jobs and its
 arrival times and deals the jobs out to those times in the order ``random.Random(s).shuffle`` gives
@@ -12,7 +12,8 @@ clusters busy, not the work offered. Each seed is one ``emulator compare`` (abou
 paper8-16's four planners on 2 cores) into ``OUT/seed-S/`` (its trace.csv beside compare's files).
 ``OUT/orders.md`` gives per seed every other planner's avg JCT over SpinSearch's and SpinSearch's
 throughput over the planner's, measured (simulated), SpinSearch's avg JCT over the replay's floor,
-then per planner the geometric mean and the smallest of each ratio over the seeds.
+then per planner the geometric mean and the smallest of each ratio over the seeds. ``--render``
+writes it again from the seeds' directories, running nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from emulator.net.layout import MAX_HOSTS  # noqa: E402
 from emulator.run import MAX_ITERATIONS  # noqa: E402
+from spiderflow.bench import machine  # noqa: E402
 from spiderflow.cliutil import OneLineParser, int_in, make_output_dir, one_line_errors, output_dir  # noqa: E402
 from spiderflow.errors import ConfigError  # noqa: E402
 from spiderflow.placement import PLANNERS  # noqa: E402
@@ -126,7 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts-per-cluster", type=int_in(1, MAX_HOSTS), default=10)
     parser.add_argument("--search-budget", type=int_in(1, 1_000_000), default=1000)
     parser.add_argument("--out", type=output_dir, default="benchmarks/results/emulated-orders-paper8")
+    parser.add_argument("--render", action="store_true",
+                        help="only write OUT/orders.md again from the seeds' directories under OUT (no root)")
     args = parser.parse_args(argv)
+    if args.render:
+        return one_line_errors(lambda: rerender(args))
     if os.geteuid() != 0:
         print("error: run as root (it builds emulated networks)", file=sys.stderr)
         return 2
@@ -139,7 +144,6 @@ def run(args) -> None:
         raise ConfigError(f"{args.trace}: {len(jobs)} job(s); reordering needs at least 2")
     out = make_output_dir(args.out)
     runs: dict[int, dict] = {}
-    t0 = time.monotonic()
     for seed in args.seeds:
         where = out / f"seed-{seed}"
         where.mkdir(exist_ok=True)
@@ -160,17 +164,35 @@ def run(args) -> None:
         print(f"[orders] seed {seed}: " + ", ".join(f"{p} {ratios(summary, p, 'measured')[0]:.2f}x"
                                                     for p in args.planners if p != REFERENCE)
               + f" avg JCT over SpinSearch's ({summary['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+    render(args, out, runs)
+
+
+def rerender(args) -> None:
+    """orders.md again from ``OUT/seed-S/`` (summary.json and trace.csv) of every seed in ``--seeds``."""
+    out, runs = Path(args.out), {}
+    for seed in args.seeds:
+        where = out / f"seed-{seed}"
+        try:
+            summary = json.loads((where / "summary.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{where / 'summary.json'}: cannot read a compare's summary ({exc}); run the "
+                              "seed first, without --render") from None
+        runs[seed] = {"summary": summary, "first": [j.job_id for j in load_trace(where / "trace.csv").jobs[:3]]}
+    render(args, out, runs)
+
+
+def render(args, out: Path, runs: dict[int, dict]) -> None:
+    """Write ``out/orders.md`` from the seeds' runs (each: compare's summary and its first arrivals)."""
     cmd = (f"sudo .venv/bin/python benchmarks/emulated_orders.py --topology {args.topology} --trace {args.trace} "
-           f"--seeds {','.join(map(str, args.seeds))} --planners {','.join(args.planners)} "
+           f"--seeds {','.join(map(str, runs))} --planners {','.join(args.planners)} "
            f"--iterations {args.iterations} --hosts-per-cluster {args.hosts_per_cluster} "
            f"--search-budget {args.search_budget} --out {args.out}")
     first = next(iter(runs.values()))["summary"]
     lines = [f"# SpinSearch on real traffic over {len(runs)} arrival orders of {Path(args.trace).name}", "",
              f"`{cmd}`", "",
-             f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, Linux "
-             f"{platform.release()}, Python {platform.python_version()}; run "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {time.monotonic() - t0:.0f} s in all. "
-             f"Each seed: {first['what']}.", "",
+             f"Machine: {machine()}; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; the "
+             f"compare runs took {sum(r['summary']['wall_s'] for r in runs.values()):.0f} s. Each seed: "
+             f"{first['what']}.", "",
              "Seed s deals the trace's jobs out to its arrival times in `random.Random(s).shuffle`'s order "
              "(benchmarks/emulated_orders.py). Ratios over 1.00x mean SpinSearch did better; measured on the "
              "emulated network, the simulator's prediction of the same replay in brackets. Floor: "
