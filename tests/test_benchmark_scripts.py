@@ -95,3 +95,22 @@ def test_emulated_orders_deals_the_same_jobs_to_the_same_times():
         same = {j.job_id: j for j in jobs}
         assert all(o == replace(same[o.job_id], arrival_s=o.arrival_s) for o in order)  # only the time moved
     assert [j.job_id for j in reordered(jobs, 1)] != [j.job_id for j in reordered(jobs, 2)]
+
+
+def test_emulated_orders_renders_the_seeds_it_finds(tmp_path):
+    committed = REPO / "benchmarks" / "results" / "emulated-headline-paper8"
+    for seed in (4, 7):
+        (tmp_path / f"seed-{seed}").mkdir()
+        (tmp_path / f"seed-{seed}" / "summary.json").write_text((committed / "summary.json").read_text())
+        (tmp_path / f"seed-{seed}" / "trace.csv").write_text((REPO / "traces" / "paper8-16.csv").read_text())
+    done = script("emulated_orders.py", "--render", "--seeds", "4,7", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "orders.md").read_text()
+    # the committed run's measured ratios (README's table), each seed alike, so the means and minima too
+    assert text.count("| 2.22x (2.28x) | 1.54x (1.51x) |") == 3  # each seed's row, and once in the row over the seeds
+    assert "| ilp | 2.22x (2.28x) | 2.22x (2.28x) | 1.54x (1.51x) | 1.54x (1.51x) |" in text
+    assert "| blind | 3.64x (3.74x) | 3.64x (3.74x) | 3.82x (3.80x) | 3.82x (3.80x) |" in text
+    assert "| 4 | w1-350m-24g, w2-1.3b-24g, s1-2.7b-8g |" in text and "| 1.65x |" in text
+    done = script("emulated_orders.py", "--render", "--seeds", "5", "--out", str(tmp_path))
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert f"{tmp_path}/seed-5/summary.json: cannot read a compare's summary" in done.stderr
