@@ -76,15 +76,29 @@ def planner_list(text: str) -> list[str]:
     return names
 
 
-def ratios(summary: dict, planner: str, kind: str) -> tuple[float, float]:
+def ratios(summary: dict, planner: str, kind: str) -> tuple[float | None, float | None]:
     """(planner's avg JCT / SpinSearch's, SpinSearch's throughput / planner's) of one compare's ``kind``
-    (measured or simulated) results."""
+    (measured or simulated) results; None where either side has no figure (no job completed)."""
     mine, ref = summary["planners"][planner][kind], summary["planners"][REFERENCE][kind]
-    return mine["avg_jct_s"] / ref["avg_jct_s"], ref["throughput_tokens_per_s"] / mine["throughput_tokens_per_s"]
+
+    def over(a, b):
+        return a / b if a and b else None
+    return (over(mine["avg_jct_s"], ref["avg_jct_s"]),
+            over(ref["throughput_tokens_per_s"], mine["throughput_tokens_per_s"]))
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+def geomean(values: list[float | None]) -> float | None:
+    """Of the values there are (None: a seed without the ratio)."""
+    there = [v for v in values if v is not None]
+    return math.exp(sum(math.log(v) for v in there) / len(there)) if there else None
+
+
+def smallest(values: list[float | None]) -> float | None:
+    return min((v for v in values if v is not None), default=None)
+
+
+def x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def table(runs: dict[int, dict], planners: list[str]) -> list[str]:
@@ -98,12 +112,13 @@ def table(runs: dict[int, dict], planners: list[str]) -> list[str]:
         ref = s["planners"][REFERENCE]["measured"]
         done = ", ".join(f"{p} {s['planners'][p]['measured']['completed']}/{s['planners'][p]['measured']['jobs']}"
                          for p in planners)
-        over = f"{ref['avg_jct_s'] / floors['jct_floor_s']:.2f}x" if floors else "-"
+        over = x(ref["avg_jct_s"] / floors["jct_floor_s"] if floors and ref["avg_jct_s"] else None)
         cells = []
         for p in others:
             (jm, tm), (js, ts) = ratios(s, p, "measured"), ratios(s, p, "simulated")
-            cells += [f"{jm:.2f}x ({js:.2f}x)", f"{tm:.2f}x ({ts:.2f}x)"]
-        lines.append(f"| {seed} | {', '.join(run['first'])} | {done} | {ref['avg_jct_s']:.2f} | {over} | "
+            cells += [f"{x(jm)} ({x(js)})", f"{x(tm)} ({x(ts)})"]
+        avg = "-" if ref["avg_jct_s"] is None else f"{ref['avg_jct_s']:.2f}"
+        lines.append(f"| {seed} | {', '.join(run['first'])} | {done} | {avg} | {over} | "
                      + " | ".join(cells) + " |")
     lines += ["", "| planner | JCT / SpinSearch's: geometric mean | smallest | SpinSearch's throughput / "
               "planner's: geometric mean | smallest |", "|---|---:|---:|---:|---:|"]
@@ -112,7 +127,7 @@ def table(runs: dict[int, dict], planners: list[str]) -> list[str]:
         for i in (0, 1):
             m = [ratios(r["summary"], p, "measured")[i] for r in runs.values()]
             sim = [ratios(r["summary"], p, "simulated")[i] for r in runs.values()]
-            cells += [f"{geomean(m):.2f}x ({geomean(sim):.2f}x)", f"{min(m):.2f}x ({min(sim):.2f}x)"]
+            cells += [f"{x(geomean(m))} ({x(geomean(sim))})", f"{x(smallest(m))} ({x(smallest(sim))})"]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     return lines
 
@@ -161,7 +176,7 @@ def run(args) -> None:
                               f"{done.stderr.strip().splitlines()[-1:] or ['(nothing on stderr)']}")
         summary = json.loads((where / "summary.json").read_text())
         runs[seed] = {"summary": summary, "first": [j.job_id for j in order[:3]]}
-        print(f"[orders] seed {seed}: " + ", ".join(f"{p} {ratios(summary, p, 'measured')[0]:.2f}x"
+        print(f"[orders] seed {seed}: " + ", ".join(f"{p} {x(ratios(summary, p, 'measured')[0])}"
                                                     for p in args.planners if p != REFERENCE)
               + f" avg JCT over SpinSearch's ({summary['wall_s']:.0f} s)", file=sys.stderr, flush=True)
     render(args, out, runs)

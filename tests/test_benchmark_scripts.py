@@ -2,6 +2,7 @@
 ones before they build anything), and a tiny simulator_speed.py run writes its table and a recording of
 its planner calls replays."""
 
+import json
 import re
 import subprocess
 import sys
@@ -114,3 +115,16 @@ def test_emulated_orders_renders_the_seeds_it_finds(tmp_path):
     done = script("emulated_orders.py", "--render", "--seeds", "5", "--out", str(tmp_path))
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
     assert f"{tmp_path}/seed-5/summary.json: cannot read a compare's summary" in done.stderr
+
+
+def test_emulated_orders_says_dash_where_a_planner_completed_nothing():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from emulated_orders import table
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    summary = json.loads((REPO / "benchmarks" / "results" / "emulated-headline-paper8" / "summary.json").read_text())
+    summary["planners"]["blind"]["measured"].update(avg_jct_s=None, throughput_tokens_per_s=0.0)
+    rows = table({1: {"summary": summary, "first": ["w1"]}}, ["spinsearch", "ilp", "blind"])
+    assert rows[2].endswith("| 2.22x (2.28x) | 1.54x (1.51x) | - (3.74x) | - (3.80x) |")
+    assert "| blind | - (3.74x) | - (3.74x) | - (3.80x) | - (3.80x) |" in rows
