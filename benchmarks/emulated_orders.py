@@ -35,9 +35,11 @@ sys.path.insert(0, str(REPO))
 from emulator.net.layout import MAX_HOSTS  # noqa: E402
 from emulator.run import MAX_ITERATIONS  # noqa: E402
 from spiderflow.bench import machine  # noqa: E402
-from spiderflow.cliutil import OneLineParser, int_in, make_output_dir, one_line_errors, output_dir  # noqa: E402
+from spiderflow.cliutil import OneLineParser, int_in, int_list, make_output_dir, name_list, one_line_errors, \
+    output_dir  # noqa: E402
 from spiderflow.errors import ConfigError  # noqa: E402
 from spiderflow.placement import PLANNERS  # noqa: E402
+from spiderflow.simulate.metrics import fmt_value, ratio_of  # noqa: E402
 from spiderflow.traces import load_trace  # noqa: E402
 from spiderflow.traces.ours import write_trace  # noqa: E402
 from spiderflow.workload import Job  # noqa: E402
@@ -55,42 +57,31 @@ def reordered(jobs: list[Job], seed: int) -> list[Job]:
     return [replace(j, arrival_s=t) for j, t in zip(order, times)]
 
 
-def seed_list(text: str) -> list[int]:
-    """argparse type for ``--seeds``: distinct integers in 0..2**32-1, comma-separated."""
-    try:
-        seeds = [int(x) for x in text.split(",")]
-    except ValueError:
-        seeds = []
-    if not seeds or len(set(seeds)) != len(seeds) or any(not 0 <= s < 2 ** 32 for s in seeds):
-        raise argparse.ArgumentTypeError(f"must be distinct integers in 0..4294967295, comma-separated (got {text!r})")
-    return seeds
-
-
 def planner_list(text: str) -> list[str]:
-    """argparse type for ``--planners``: distinct known planners, SpinSearch and at least one other."""
-    names = [x.strip() for x in text.split(",")]
-    if any(n not in PLANNERS for n in names) or REFERENCE not in names or len(set(names)) != len(names) \
-            or len(names) < 2:
-        raise argparse.ArgumentTypeError(f"must be distinct planners, comma-separated, {REFERENCE} and at least one "
-                                         f"other, of {', '.join(sorted(PLANNERS))} (got {text!r})")
+    """argparse type for ``--planners``: :func:`~spiderflow.cliutil.name_list` of known planners, SpinSearch
+    among them and at least one other."""
+    names = name_list(PLANNERS, "planner")(text)
+    if REFERENCE not in names or len(names) < 2:
+        raise argparse.ArgumentTypeError(f"must name {REFERENCE} and at least one other planner (got {text!r})")
     return names
 
 
 def ratios(summary: dict, planner: str, kind: str) -> tuple[float | None, float | None]:
     """(planner's avg JCT / SpinSearch's, SpinSearch's throughput / planner's) of one compare's ``kind``
-    (measured or simulated) results; None where either side has no figure (no job completed)."""
+    (measured or simulated) results, as ``emulator compare``'s table has them (None: no figure)."""
     mine, ref = summary["planners"][planner][kind], summary["planners"][REFERENCE][kind]
-
-    def over(a, b):
-        return a / b if a and b else None
-    return (over(mine["avg_jct_s"], ref["avg_jct_s"]),
-            over(ref["throughput_tokens_per_s"], mine["throughput_tokens_per_s"]))
+    return (ratio_of(mine["avg_jct_s"], ref["avg_jct_s"]),
+            ratio_of(ref["throughput_tokens_per_s"], mine["throughput_tokens_per_s"]))
 
 
 def geomean(values: list[float | None]) -> float | None:
-    """Of the values there are (None: a seed without the ratio)."""
+    """Of the values there are (None: a seed without the ratio); 0 where one of them is."""
     there = [v for v in values if v is not None]
-    return math.exp(sum(math.log(v) for v in there) / len(there)) if there else None
+    if not there:
+        return None
+    if 0 in there:  # SpinSearch completed nothing in a seed: its throughput ratio is 0
+        return 0.0
+    return math.exp(sum(math.log(v) for v in there) / len(there))
 
 
 def smallest(values: list[float | None]) -> float | None:
@@ -98,7 +89,7 @@ def smallest(values: list[float | None]) -> float | None:
 
 
 def x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+    return fmt_value(value, ".2f", suffix="x")
 
 
 def table(runs: dict[int, dict], planners: list[str]) -> list[str]:
@@ -112,12 +103,12 @@ def table(runs: dict[int, dict], planners: list[str]) -> list[str]:
         ref = s["planners"][REFERENCE]["measured"]
         done = ", ".join(f"{p} {s['planners'][p]['measured']['completed']}/{s['planners'][p]['measured']['jobs']}"
                          for p in planners)
-        over = x(ref["avg_jct_s"] / floors["jct_floor_s"] if floors and ref["avg_jct_s"] else None)
+        over = x(ratio_of(ref["avg_jct_s"], floors["jct_floor_s"]) if floors else None)
         cells = []
         for p in others:
             (jm, tm), (js, ts) = ratios(s, p, "measured"), ratios(s, p, "simulated")
             cells += [f"{x(jm)} ({x(js)})", f"{x(tm)} ({x(ts)})"]
-        avg = "-" if ref["avg_jct_s"] is None else f"{ref['avg_jct_s']:.2f}"
+        avg = fmt_value(ref["avg_jct_s"], ".2f")
         lines.append(f"| {seed} | {', '.join(run['first'])} | {done} | {avg} | {over} | "
                      + " | ".join(cells) + " |")
     lines += ["", "| planner | JCT / SpinSearch's: geometric mean | smallest | SpinSearch's throughput / "
@@ -136,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="benchmarks/emulated_orders.py", description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default="topologies/paper8.yaml")
     parser.add_argument("--trace", default="traces/paper8-16.csv")
-    parser.add_argument("--seeds", type=seed_list, default="1,2,3")
+    parser.add_argument("--seeds", type=int_list(0, 2 ** 32 - 1), default="1,2,3")
     parser.add_argument("--planners", type=planner_list, default="spinsearch,ilp,genetic,blind")
     parser.add_argument("--iterations", type=int_in(3, MAX_ITERATIONS), default=8)
     parser.add_argument("--hosts-per-cluster", type=int_in(1, MAX_HOSTS), default=10)
