@@ -59,7 +59,7 @@ from spiderflow.placement import PLANNERS
 from spiderflow.plan import placement_text
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
-from spiderflow.simulate.floors import faster_link, floors_text
+from spiderflow.simulate.floors import faster_link, floor_ratios, floors_text
 from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
 from spiderflow.topology import Topology
 from spiderflow.traces import load_trace
@@ -234,10 +234,8 @@ def headline(results: dict[str, dict], reference: str = REFERENCE, floors: dict 
 
 def floor_cells(measured: dict, simulated: dict, floors: dict) -> str:
     """avg JCT / floor and throughput ceiling / throughput, measured and simulated: four table cells."""
-    ratios = [ratio_of(side["avg_jct_s"], floors["jct_floor_s"]) for side in (measured, simulated)]
-    ratios += [ratio_of(floors["throughput_ceiling_tokens_per_s"], side["throughput_tokens_per_s"])
-               for side in (measured, simulated)]
-    return "".join(f" {fmt_value(r, '.2f', suffix='x')} |" for r in ratios)
+    (jct_m, thr_m), (jct_s, thr_s) = floor_ratios(measured, floors), floor_ratios(simulated, floors)
+    return "".join(f" {fmt_value(r, '.2f', suffix='x')} |" for r in (jct_m, jct_s, thr_m, thr_s))
 
 
 def ranking(results: dict[str, dict], side: str) -> list[str]:

@@ -15,7 +15,7 @@ from spiderflow.errors import ConfigError
 from spiderflow.placement import PLANNERS
 from spiderflow.provenance import provenance
 from spiderflow.simulate.engine import SimConfig, simulate
-from spiderflow.simulate.floors import faster_link, floors_text, trace_floors
+from spiderflow.simulate.floors import faster_link, floor_ratios, floors_text, trace_floors
 from spiderflow.simulate.metrics import (CHANGE_SUMMARY_KEYS, SUMMARY_KEYS, fmt_value, human_count, human_duration, human_pct, jct_cdf_png,
                                         ratio_of, summarise, write_rows)
 from spiderflow.topology import load_topology
@@ -189,9 +189,7 @@ def headline(summaries: dict[str, dict], reference: str = "spinsearch", floors: 
         jct = ratio_of(s["avg_jct_s"], ref["avg_jct_s"]) if ref else None
         thr = ratio_of(ref["throughput_tokens_per_s"], s["throughput_tokens_per_s"]) if ref else None
         ovh = ratio_of(s["avg_overhead_s"], ref["avg_overhead_s"]) if ref else None
-        if floors:
-            above = ratio_of(s["avg_jct_s"], floors["jct_floor_s"])
-            below = ratio_of(floors["throughput_ceiling_tokens_per_s"], s["throughput_tokens_per_s"])
+        above, below = floor_ratios(s, floors) if floors else (None, None)
         lines.append(f"| {name} | {s['completed']}/{s['jobs']} | {fmt_value(s['avg_jct_s'], '.2f', 1 / 3600)} | "
                      f"{fmt_value(s['p95_jct_s'], '.2f', 1 / 3600)} | {fmt_value(s['throughput_tokens_per_s'], '.4g')} | "
                      f"{fmt_value(s['avg_overhead_s'], '.1f', 1e3)} | {fmt_value(jct, '.2f', suffix='x')} | "

@@ -43,7 +43,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spiderflow.simulate.metrics import human_count, human_duration
+from spiderflow.simulate.metrics import human_count, human_duration, ratio_of
 from spiderflow.topology import Topology
 from spiderflow.traces.planned import PlannedGpuTime
 from spiderflow.wan import WanEvent
@@ -142,6 +142,13 @@ def trace_floors(jobs: Sequence[Job], sizer: PlannedGpuTime) -> dict | None:
             "jct_floor_alone_s": alone, "makespan_floor_s": span,
             "throughput_ceiling_tokens_per_s": tokens / span if span > 0 else None,
             "jobs": n, "exclusive_jobs": bound.exclusive}
+
+
+def floor_ratios(summary: dict, floors: dict) -> tuple[float | None, float | None]:
+    """A replay's avg JCT over the JCT floor and the throughput ceiling over its throughput (1.00: there;
+    None where the summary has no figure): the floor columns of both compare commands' tables."""
+    return (ratio_of(summary["avg_jct_s"], floors["jct_floor_s"]),
+            ratio_of(floors["throughput_ceiling_tokens_per_s"], summary["throughput_tokens_per_s"]))
 
 
 def faster_link(topology: Topology, wan_events: Sequence[WanEvent]) -> str:
