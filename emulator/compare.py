@@ -58,7 +58,7 @@ from spiderflow.errors import EmulatorError
 from spiderflow.placement import PLANNERS
 from spiderflow.plan import placement_text
 from spiderflow.provenance import provenance
-from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
+from spiderflow.simulate.engine import SimConfig, SimRecord, simulate, startup_seconds
 from spiderflow.simulate.floors import faster_link, floor_ratios, floors_text
 from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
 from spiderflow.topology import Topology
@@ -178,7 +178,7 @@ def job_rows(measured: list[JobRun], simulated: list[SimRecord], startup) -> lis
         s = sim.get(j.job.job_id)
         sim_iter = None  # the simulated run's mean iteration time, sharing included
         if s is not None and s.completed:
-            sim_iter = (s.end_s - s.start_s - (startup(s.plan) if callable(startup) else startup)) / s.job.iterations
+            sim_iter = (s.end_s - s.start_s - startup_seconds(startup, s.plan)) / s.job.iterations
         rows.append({
             "job_id": j.job.job_id, "status": j.status, "placement": dict(j.segments),
             "simulated_placement": dict(s.segments) if s else {}, "ranks": len(j.ranks),

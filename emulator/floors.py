@@ -22,6 +22,7 @@ from emulator.jobs.launch import emulated_topology
 from emulator.jobs.replay import RunConfig
 from spiderflow.costmodel import TopologyView, predict
 from spiderflow.plan import Plan
+from spiderflow.simulate.engine import startup_seconds
 from spiderflow.simulate.floors import trace_floors
 from spiderflow.topology import Topology
 from spiderflow.traces.planned import PlannedGpuTime
@@ -41,8 +42,7 @@ class ReplayRunTime(PlannedGpuTime):
     def _figures(self, result) -> tuple[int, float, float]:
         plan = result.placement.plan
         iteration = predict(plan, self.view, check_memory=False).iteration_s
-        startup = self.startup(plan) if callable(self.startup) else self.startup
-        return sum(result.placement.gpus.values()), iteration, startup
+        return sum(result.placement.gpus.values()), iteration, startup_seconds(self.startup, plan)
 
 
 def replay_floors(topology: Topology, jobs: Sequence[Job], cfg: RunConfig,

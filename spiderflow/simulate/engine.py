@@ -80,6 +80,11 @@ class SimRecord(JobRecord):
     placed_iteration_s: float | None = None  # its iteration time when (re)placed (re-planning threshold)
 
 
+def startup_seconds(startup: float | Callable[[Plan], float], plan: Plan) -> float:
+    """A start-up given as seconds, or as a function of the plan (``SimConfig.startup_s``), for ``plan``."""
+    return startup(plan) if callable(startup) else startup
+
+
 @dataclass(frozen=True, kw_only=True)
 class SimConfig:
     planner: str | Strategy = "spinsearch"
@@ -232,8 +237,7 @@ class Simulation:
 
     def startup_of(self, plan: Plan) -> float:
         """Seconds from a job's start on ``plan`` to its first iteration (``SimConfig.startup_s``)."""
-        startup = self.cfg.startup_s
-        return startup(plan) if callable(startup) else startup
+        return startup_seconds(self.cfg.startup_s, plan)
 
     def _start(self, rec: SimRecord, start_s: float) -> None:
         """``rec`` was planned; it starts at ``start_s`` (its decision's end, see _schedule)."""
