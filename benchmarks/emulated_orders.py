@@ -12,17 +12,20 @@ clusters busy, not the work offered. Each seed is one ``emulator compare`` (abou
 paper8-16's four planners on 2 cores) into ``OUT/seed-S/`` (its trace.csv beside compare's files).
 ``OUT/orders.md`` gives per seed every other planner's avg JCT over SpinSearch's and SpinSearch's
 throughput over the planner's, measured (simulated), SpinSearch's avg JCT over the replay's floor,
-then per planner the geometric mean and the smallest of each ratio over the seeds. ``--render``
-writes it again from the seeds' directories, running nothing.
+then per planner the geometric mean and the smallest of each ratio over the seeds, and how far each of
+three predictions of a job's iteration time was from what it measured, by where the job ran
+(:func:`error_rows`). ``--render`` writes it again from the seeds' directories, running nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -123,6 +126,62 @@ def table(runs: dict[int, dict], planners: list[str]) -> list[str]:
     return lines
 
 
+# where a job ran, for the prediction errors (error_rows)
+WHERE = ("one cluster", "over the WAN, its links its own", "over the WAN, links shared with another job")
+# the predictions of a job's iteration time compared with what it measured (error_rows)
+PREDICTIONS = ("at launch (the planner's)", "simulated replay", "`shared`")
+
+
+def job_errors(where: Path, planner: str) -> list[tuple[str, dict[str, float]]]:
+    """Each completed job of one planner's replay in ``where`` (a seed's directory): where it ran (a
+    :data:`WHERE`) and each prediction's error against its measured iteration time, in % (a prediction
+    left out where it does not apply: the simulated replay's where the simulation placed the job
+    elsewhere, and any for a job placed again, whose first plan its later intervals did not run)."""
+    result, jobs = where / planner / "result.json", where / f"jobs-{planner}.csv"
+    try:
+        ran = json.loads(result.read_text())["jobs"]
+        with jobs.open(newline="") as f:
+            sim = {r["job_id"]: r for r in csv.DictReader(f)}
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"{where}: cannot read {planner}'s jobs ({exc}); --render needs each seed's "
+                          f"{planner}/result.json and jobs-{planner}.csv as emulator compare writes them") from None
+    out = []
+    for j in ran:
+        measured, alone, shared = j["measured_iteration_s"], j["predicted_alone_iteration_s"], \
+            j["predicted_shared_iteration_s"]
+        if measured is None or shared is None:  # did not complete, or was placed again
+            continue
+        kind = WHERE[0] if len(j["placement"]) == 1 else WHERE[1] if shared <= alone * (1 + 1e-9) else WHERE[2]
+        errors = {PREDICTIONS[0]: j["error_pct"], PREDICTIONS[2]: 100.0 * (shared - measured) / measured}
+        row = sim.get(j["job_id"], {})
+        if row.get("simulated_iteration_s") and row["simulated_placement"] == row["placement"]:
+            errors[PREDICTIONS[1]] = 100.0 * (float(row["simulated_iteration_s"]) - measured) / measured
+        out.append((kind, errors))
+    return out
+
+
+def error_rows(out: Path, seeds: list[int], planners: list[str]) -> list[str]:
+    """orders.md's table of prediction errors, over every seed and planner: per place a job ran
+    (:data:`WHERE`) and prediction (:data:`PREDICTIONS`), the jobs, the median error, the median
+    error's size and the range."""
+    errors: dict[str, list[dict[str, float]]] = {w: [] for w in WHERE}
+    for seed in seeds:
+        for planner in planners:
+            for kind, e in job_errors(out / f"seed-{seed}", planner):
+                errors[kind].append(e)
+    lines = ["| where the job ran | prediction | jobs | median error | median of its size | range |",
+             "|---|---|---:|---:|---:|---|"]
+    for kind in WHERE:
+        for what in PREDICTIONS:
+            values = [e[what] for e in errors[kind] if what in e]
+            if not values:
+                lines.append(f"| {kind} | {what} | 0 | n/a | n/a | n/a |")
+                continue
+            lines.append(f"| {kind} | {what} | {len(values)} | {statistics.median(values):+.1f}% | "
+                         f"{statistics.median(map(abs, values)):.1f}% | {min(values):+.1f}% to {max(values):+.1f}% |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="benchmarks/emulated_orders.py", description=__doc__.splitlines()[0])
     parser.add_argument("--topology", default="topologies/paper8.yaml")
@@ -205,6 +264,16 @@ def render(args, out: Path, runs: dict[int, dict]) -> None:
              "`emulator compare`'s (each job on SpinSearch's plan for it alone, queued only behind a job no "
              "other can run beside). Each seed's files: `seed-S/` (headline.md, jobs-*.csv, summary.json).", ""]
     lines += table(runs, args.planners)
+    lines += ["", "## How far each prediction of a job's iteration time was from what it measured", "",
+              "Every completed job of every seed and planner, by where it ran: in one cluster; over the WAN on "
+              "links no other job's traffic crossed while it ran; over the WAN on links another job's did for "
+              "some of its run (its `shared` prediction above its prediction alone). Error: (predicted - "
+              "measured) / measured. At launch: the cost model under the link load when it started, as the "
+              "planner saw it (`emulator run`'s error column). Simulated replay: the simulator's mean iteration "
+              "over the job's run in its prediction of the same replay, WAN links re-shared max-min as jobs "
+              "come and go (where it placed the job as the replay did). `shared`: the cost model under the "
+              "load of every job that overlapped it, for its whole run. Jobs placed again are left out.", ""]
+    lines += error_rows(out, list(runs), args.planners)
     (out / "orders.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

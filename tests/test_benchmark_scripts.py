@@ -4,6 +4,7 @@ its planner calls replays."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -102,8 +103,7 @@ def test_emulated_orders_deals_the_same_jobs_to_the_same_times():
 def test_emulated_orders_renders_the_seeds_it_finds(tmp_path):
     committed = REPO / "benchmarks" / "results" / "emulated-headline-paper8"
     for seed in (4, 7):
-        (tmp_path / f"seed-{seed}").mkdir()
-        (tmp_path / f"seed-{seed}" / "summary.json").write_text((committed / "summary.json").read_text())
+        shutil.copytree(committed, tmp_path / f"seed-{seed}")
         (tmp_path / f"seed-{seed}" / "trace.csv").write_text((REPO / "traces" / "paper8-16.csv").read_text())
     done = script("emulated_orders.py", "--render", "--seeds", "4,7", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
@@ -113,9 +113,53 @@ def test_emulated_orders_renders_the_seeds_it_finds(tmp_path):
     assert "| ilp | 2.22x (2.28x) | 2.22x (2.28x) | 1.54x (1.51x) | 1.54x (1.51x) |" in text
     assert "| blind | 3.64x (3.74x) | 3.64x (3.74x) | 3.82x (3.80x) | 3.82x (3.80x) |" in text
     assert "| 4 | w1-350m-24g, w2-1.3b-24g, s1-2.7b-8g |" in text and "| 1.65x |" in text
+    assert "## How far each prediction of a job's iteration time was from what it measured" in text
     done = script("emulated_orders.py", "--render", "--seeds", "5", "--out", str(tmp_path))
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
     assert f"{tmp_path}/seed-5/summary.json: cannot read a compare's summary" in done.stderr
+    (tmp_path / "seed-7" / "genetic" / "result.json").unlink()
+    done = script("emulated_orders.py", "--render", "--seeds", "4,7", "--out", str(tmp_path))
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert f"{tmp_path}/seed-7: cannot read genetic's jobs" in done.stderr and "genetic/result.json" in done.stderr
+
+
+def test_emulated_orders_tells_each_prediction_error_by_where_the_job_ran(tmp_path):
+    """Five jobs by hand: one in one cluster, one over WAN links of its own, one over shared links whose
+    simulation placed it elsewhere, one placed again and one that did not complete (both left out)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from emulated_orders import error_rows, job_errors
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+    def job(job_id, placement, measured, launch_pct, alone, shared):
+        return {"job_id": job_id, "placement": placement, "measured_iteration_s": measured, "error_pct": launch_pct,
+                "predicted_alone_iteration_s": alone, "predicted_shared_iteration_s": shared}
+
+    (tmp_path / "ilp").mkdir()
+    (tmp_path / "ilp" / "result.json").write_text(json.dumps({"jobs": [
+        job("one", {"a": 4}, 2.0, -1.0, 1.98, 1.98),
+        job("own", {"a": 4, "b": 4}, 1.0, 10.0, 1.1, 1.1),
+        job("shared", {"a": 4, "b": 4}, 1.0, -20.0, 0.8, 1.5),
+        job("again", {"a": 8, "b": 8}, 1.0, 50.0, 1.5, None),
+        job("failed", {"a": 2}, None, None, 1.0, 1.0)]}))
+    (tmp_path / "jobs-ilp.csv").write_text(
+        "job_id,placement,simulated_placement,simulated_iteration_s\n"
+        "one,a:4,a:4,1.9\nown,a:4 b:4,a:4 b:4,1.05\nshared,a:4 b:4,a:8,1.2\nagain,a:8 b:8,a:8 b:8,1.0\n")
+    got = job_errors(tmp_path, "ilp")
+    assert [kind for kind, _ in got] == ["one cluster", "over the WAN, its links its own",
+                                         "over the WAN, links shared with another job"]
+    (_, e1), (_, e2), (_, e3) = got
+    assert e1 == pytest.approx({"at launch (the planner's)": -1.0, "simulated replay": -5.0, "`shared`": -1.0})
+    assert e2 == pytest.approx({"at launch (the planner's)": 10.0, "simulated replay": 5.0, "`shared`": 10.0})
+    assert e3 == pytest.approx({"at launch (the planner's)": -20.0, "`shared`": 50.0})  # simulated elsewhere
+    (tmp_path / "seed-3").mkdir()
+    for name in ("ilp", "jobs-ilp.csv"):
+        (tmp_path / name).rename(tmp_path / "seed-3" / name)
+    rows = error_rows(tmp_path, [3], ["ilp"])
+    assert "| one cluster | simulated replay | 1 | -5.0% | 5.0% | -5.0% to -5.0% |" in rows
+    assert "| over the WAN, links shared with another job | simulated replay | 0 | n/a | n/a | n/a |" in rows
+    assert "| over the WAN, links shared with another job | `shared` | 1 | +50.0% | 50.0% | +50.0% to +50.0% |" in rows
 
 
 def test_emulated_orders_says_n_a_where_a_planner_completed_nothing():
