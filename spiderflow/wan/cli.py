@@ -123,7 +123,7 @@ def cmd_wan_generate(args) -> int:
                              start_hour_utc=args.start_hour_utc)
         events = generate_wan_events(topo, args.seed, pattern)
     except ValueError as exc:
-        raise ConfigError(f"wan generate: {exc}; shorten --outage-s or lengthen --hours") from None
+        raise ConfigError(f"wan generate: {exc}") from None
     command = (f"python -m spiderflow wan generate --topology {shlex.quote(printable(args.topology))} "
                f"--seed {args.seed} --hours {pattern.hours:g} --step-s {pattern.step_s:g} "
                f"--diurnal-amplitude {pattern.diurnal_amplitude:g} --start-hour-utc {pattern.start_hour_utc:g} "

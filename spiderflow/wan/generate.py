@@ -28,6 +28,8 @@ from spiderflow.topology import Topology
 from spiderflow.wan.events import WanEvent
 
 BUSY_HOUR_LOCAL = 20.0  # the evening peak of Internet traffic (module docstring)
+# rows a generated file may have: a day of 1 s steps on 11 links (about 6 s to write); 1e-300 s steps hung
+MAX_GENERATED_ROWS = 1_000_000
 # UTC offsets (standard time, hours) of the region names the shipped topologies use.
 UTC_OFFSET_H = {"oregon": -8.0, "california": -8.0, "virginia": -5.0, "ohio": -5.0, "iowa": -6.0,
                 "texas": -6.0, "saopaulo": -3.0, "london": 0.0, "ireland": 0.0, "paris": 1.0,
@@ -50,7 +52,8 @@ class WanPattern:
                 and self.outage_s > 0 and 0 <= self.start_hour_utc < 24):
             raise ValueError(f"a WAN pattern out of range: {self}")
         if self.outages and self.outage_s >= self.hours * 3600:
-            raise ValueError(f"outage_s={self.outage_s:g} must be shorter than the horizon ({self.hours:g} h)")
+            raise ValueError(f"outage_s={self.outage_s:g} must be shorter than the horizon ({self.hours:g} h); "
+                             "shorten --outage-s or lengthen --hours")
 
 
 def link_offset_h(a: str, b: str, rng: random.Random) -> float:
@@ -84,10 +87,13 @@ def merged_spans(spans: list[tuple[float, float]], lead: float = 0.0) -> list[tu
 def generate_wan_events(topology: Topology, seed: int, pattern: WanPattern = WanPattern()) -> list[WanEvent]:
     """The events (module docstring), sorted by time, then by the topology's link order."""
     if not topology.links:
-        raise ValueError(f"{topology.name} has no WAN links to generate events for")
+        raise ValueError(f"{topology.name} has no WAN links to generate events for; give a topology with links")
+    horizon = pattern.hours * 3600
+    if math.ceil(min(horizon / pattern.step_s, 1e18)) * len(topology.links) + 2 * pattern.outages > MAX_GENERATED_ROWS:
+        raise ValueError(f"a row every {pattern.step_s:g} s for {pattern.hours:g} h on {len(topology.links)} links is "
+                         f"over {MAX_GENERATED_ROWS:,} rows; raise --step-s or shorten --hours")
     rng = random.Random(seed)
     offsets = {l.key: link_offset_h(l.a, l.b, rng) for l in topology.links}
-    horizon = pattern.hours * 3600
     spans: dict[tuple[str, str], list[tuple[float, float]]] = {l.key: [] for l in topology.links}
     for _ in range(pattern.outages):
         link = topology.link(*pattern.outage_link) if pattern.outage_link else rng.choice(topology.links)

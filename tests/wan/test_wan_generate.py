@@ -5,8 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from spiderflow.topology import load_topology
 from spiderflow.wan import load_wan_events
+from spiderflow.wan import generate
 from spiderflow.wan.generate import WanPattern, fraction, generate_wan_events, link_offset_h
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,6 +39,31 @@ def test_bad_outage_link_is_one_line(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: --outage-link is not a link of paper8 (got 'oregon-paris')")
+
+
+@pytest.mark.parametrize("step_s", ["1e-300", "5e-324", "0.1"])
+def test_a_step_too_small_for_the_horizon_is_one_line_at_once(tmp_path, step_s):
+    """6 h at 1e-300 s steps listed 2e304 steps and never ended (fuzz seed 63); 0.1 s would be 1.9 million
+    rows on paper8's 9 links, over MAX_GENERATED_ROWS; the denormal step's step count is infinite."""
+    proc = subprocess.run([sys.executable, "-m", "spiderflow", "wan", "generate", "--topology", "paper8",
+                           "--hours", "6", "--step-s", step_s, "--out", str(tmp_path / "x.csv")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"error: wan generate: a row every {float(step_s):g} s for 6 h on 9 links is "
+                                  "over 1,000,000 rows; raise --step-s or shorten --hours")
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_the_largest_generated_file_is_written(monkeypatch):
+    """Steps that make just MAX_GENERATED_ROWS rows pass (here 10 steps on 4 links, the cap set to 40);
+    one row more is refused."""
+    one = load_topology(REPO / "topologies" / "default.yaml")
+    pattern = WanPattern(hours=1, step_s=360)
+    monkeypatch.setattr(generate, "MAX_GENERATED_ROWS", 40)
+    assert len(generate_wan_events(one, 0, pattern)) == 40
+    monkeypatch.setattr(generate, "MAX_GENERATED_ROWS", 39)
+    with pytest.raises(ValueError, match="1 h on 4 links is over 39 rows; raise --step-s or shorten --hours"):
+        generate_wan_events(one, 0, pattern)
 
 
 def test_diurnal_fraction_by_hand():
