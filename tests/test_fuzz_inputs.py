@@ -25,9 +25,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from .fuzzkit.families import Case, families, known_bad, prepare_workdir, valid_cases
+from .fuzzkit.families import Case, families, known_bad, prepare_workdir, seed_bytes, valid_cases
 from .fuzzkit.judge import judge_exit, run_main
-from .fuzzkit.run import cwd, judge_cli, run_case_inprocess
+from .fuzzkit.run import cwd, judge_cli, plan_records, run_case_inprocess
 
 HARD_LIMIT_S = 20.0  # a run past this is a hang (SIGALRM); hypothesis' deadline below is the per-example bound
 DEADLINE = timedelta(seconds=5)  # generous for a 2-core machine shared with other test runs
@@ -88,6 +88,23 @@ def test_valid_seed_is_accepted(case, work):
     """The checks raise no false alarm: every unmutated seed and base command line passes them."""
     outcome = run_case_inprocess(case, work, timeout_s=HARD_LIMIT_S)
     assert outcome.kind == "accepted", f"{outcome.kind}: {outcome.detail}\n{describe(case)}"
+
+
+def test_report_check_reads_plans_as_the_project_does(work, tmp_path):
+    """A leading BOM (stripped by every reader of the project) and a bare CR inside a line (JSON
+    whitespace; JSON lines split at newlines only) leave plans.jsonl's plans as they were: the report
+    is right to accept them, and so is its check (fuzz seed 63 called both wrong)."""
+    plans = seed_bytes("calib/plans.jsonl")
+    assert plans.count(b'"measured_s": ') and b", " in plans
+    spoilt = b"\xef\xbb\xbf" + plans.replace(b", ", b"\r, ", 1)  # one run: the report draws figures (3 s)
+    case = Case("emulator-report", "BOM and CR", ["report", "calib"], {"calib/plans.jsonl": spoilt},
+                program="emulator")
+    outcome = run_case_inprocess(case, work, timeout_s=HARD_LIMIT_S)
+    assert outcome.kind == "accepted", f"{outcome.kind}: {outcome.detail}"
+    path = tmp_path / "plans.jsonl"
+    for each in (b"\xef\xbb\xbf" + plans, plans.replace(b", ", b"\r, ", 1)):
+        path.write_bytes(each)
+        assert plan_records(path) == [json.loads(line) for line in plans.decode().splitlines() if line.strip()]
 
 
 # ---------------------------------------------------------------- the checks can fail
