@@ -39,6 +39,7 @@ DEFAULT_TOPOLOGY = "topologies/default.yaml"
 MAX_SECONDS = 3600.0
 MIN_SCALE, MAX_SCALE = 0.01, 10_000.0
 MAX_INTRA_CAP_MBPS = 1_000_000.0  # 1 Tbit/s
+MAX_QUEUE_BDP = 100.0  # WAN router buffers, in bandwidth-delay products
 EXIT_NO_VERDICT = 3  # no measurement failed, some gave no verdict (the host stole the CPU meanwhile)
 EPILOG = (f"exit status: 0 every measurement within tolerance; 1 one failed (or a --step did); {EXIT_NO_VERDICT} none "
           "failed, but some were out of tolerance only as a host stealing the CPU reads a link, while it did (no "
@@ -75,6 +76,10 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                         default=d.intra_cap_mbps,
                         help="cap on intra-cluster wire rates after scaling, in "
                              f"(0, {MAX_INTRA_CAP_MBPS:g}] (default %(default)g)")
+    parser.add_argument("--queue-bdp", type=float_in(0.0, MAX_QUEUE_BDP), default=d.queue_bdp, metavar="Q",
+                        help="router buffer on each direction of a WAN link, in bandwidth-delay products of the "
+                             "longest round trip of the routes across it (what a bulk flow can keep queued ahead "
+                             f"of other traffic there); in (0, {MAX_QUEUE_BDP:g}] (default %(default)g)")
     parser.add_argument("--delay", choices=MECHANISMS, default=d.delay,
                         help="delay mechanism: netem if the kernel has it, else the NFQUEUE stage "
                              "on the gateways (default %(default)s)")
@@ -90,7 +95,7 @@ def network_config(args: argparse.Namespace, dilation: float | None = None) -> N
     if k == "auto":
         raise ValueError("resolve --dilation auto before building the NetConfig")
     return NetConfig(hosts_per_cluster=args.hosts_per_cluster, scale=args.scale,
-                     intra_cap_mbps=args.intra_cap_mbps, delay=args.delay, dilation=k)
+                     intra_cap_mbps=args.intra_cap_mbps, delay=args.delay, queue_bdp=args.queue_bdp, dilation=k)
 
 
 def resolve_topology(path: str) -> str:

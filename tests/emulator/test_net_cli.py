@@ -81,6 +81,8 @@ BAD_ARGS = [
     (["check", "--intra-cap-mbps", "inf"], "--intra-cap-mbps", "'inf'"),
     (["check", "--seconds", "-1"], "--seconds", "'-1'"),
     (["check", "--dilation", "nan"], "--dilation", "'nan'"),
+    (["check", "--queue-bdp", "0"], "--queue-bdp", "'0'"),
+    (["compare", "--queue-bdp", "101"], "--queue-bdp", "'101'"),
     (["run", "--iterations", "0"], "--iterations", "'0'"),
     (["run", "--iterations", "1"], "--iterations", "'1'"),
     (["run", "--warmup", "-1"], "--warmup", "'-1'"),

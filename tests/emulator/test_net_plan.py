@@ -1,5 +1,6 @@
 """Network plan: names, addresses, shapes, routes (pure, no root)."""
 
+import argparse
 import ipaddress
 from pathlib import Path
 
@@ -134,6 +135,22 @@ def test_router_queue_is_one_bdp_and_tcp_buffers_cover_four():
     bdp = port.shape.wire_mbps * 1e6 / 8 * 0.230
     assert port.shape.queue_bytes == pytest.approx(bdp, rel=1e-6)
     assert plan.cluster("tokyo").tcp_max_bytes >= 4 * bdp
+
+
+def test_queue_bdp_scales_every_wan_buffer_and_the_option_sets_it():
+    """--queue-bdp Q: each WAN direction's buffer is Q bandwidth-delay products (what a bulk flow can keep
+    queued ahead of a pipeline's transfers there); the parser takes it into the NetConfig."""
+    from emulator.net import check
+
+    topo = load_topology(SHIPPED[0])
+    parser = argparse.ArgumentParser()
+    check.add_network_arguments(parser)
+    config = check.network_config(parser.parse_args(["--queue-bdp", "0.25", "--dilation", "1"]))
+    assert config.queue_bdp == 0.25
+    whole, quarter = build_plan(topo, NetConfig(scale=10)), build_plan(topo, config)
+    for a, b in (("tokyo", "london"), ("oregon", "virginia")):
+        assert quarter.port(a, b).shape.queue_bytes == pytest.approx(whole.port(a, b).shape.queue_bytes / 4, abs=1)
+        assert quarter.port(a, b).shape.wire_mbps == whole.port(a, b).shape.wire_mbps
 
 
 def test_routes_cover_every_remote_cluster():
