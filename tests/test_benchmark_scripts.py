@@ -48,6 +48,10 @@ def script(name: str, *args: str) -> subprocess.CompletedProcess:
     ("emulated_orders.py", ("--planners", "ilp,blind"),
      "argument --planners: must name spinsearch and at least one other planner (got 'ilp,blind')"),
     ("emulated_orders.py", ("--planners", "spinsearch,nope"), "argument --planners: unknown planner 'nope'"),
+    ("queue_delay.py", ("--queue-bdp", "1,1"), "argument --queue-bdp: must be buffer sizes in bandwidth-delay "
+     "products, comma-separated, each in (0, 100], none twice (got '1,1')"),
+    ("queue_delay.py", ("--queue-bdp", "nan"), "argument --queue-bdp: must be buffer sizes"),
+    ("queue_delay.py", ("--repeats", "0"), "argument --repeats: must be an integer in 1..100 (got '0')"),
 ])
 def test_a_benchmark_script_refuses_bad_arguments_in_one_line(name, args, says, tmp_path):
     done = script(name, *(a.format(tmp=tmp_path) for a in args))
@@ -173,3 +177,26 @@ def test_emulated_orders_says_n_a_where_a_planner_completed_nothing():
     rows = table({1: {"summary": summary, "first": ["w1"]}}, ["spinsearch", "ilp", "blind"])
     assert rows[2].endswith("| 2.22x (2.28x) | 1.54x (1.51x) | n/a (3.74x) | n/a (3.80x) |")
     assert "| blind | n/a (3.74x) | n/a (3.74x) | n/a (3.80x) | n/a (3.80x) |" in rows
+
+
+def test_queue_delay_tells_each_shared_jobs_error_per_buffer_size():
+    """Runs by hand: a WAN job another job's traffic crossed (shared above alone) in every run, once
+    placed elsewhere; a WAN job on links of its own and a one-cluster job are not in the table."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from queue_delay import table
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+    def run(measured, placement=None):
+        return {"jobs": [
+            {"job_id": "w4", "placement": placement or {"ohio": 12, "virginia": 8}, "measured_iteration_s": measured,
+             "predicted_alone_iteration_s": 1.2, "predicted_shared_iteration_s": 2.0},
+            {"job_id": "own", "placement": {"a": 4, "b": 4}, "measured_iteration_s": 1.0,
+             "predicted_alone_iteration_s": 1.0, "predicted_shared_iteration_s": 1.0},
+            {"job_id": "one", "placement": {"a": 4}, "measured_iteration_s": 1.0,
+             "predicted_alone_iteration_s": 1.0, "predicted_shared_iteration_s": 1.5}]}
+
+    rows = table({1.0: [run(2.5), run(2.6), run(2.4)], 0.1: [run(2.0), run(1.0, {"ohio": 20})]})
+    assert rows[2:] == ["| w4 | ohio:12 virginia:8 | 2.500 (3) | -20.0% | 2.000 (1) | +0.0% |"]
+    assert rows[0].startswith("| job | placement | 1 BDP: measured (s) | error vs `shared` | 0.1 BDP:")
