@@ -132,6 +132,15 @@ WHERE = ("one cluster", "over the WAN, its links its own", "over the WAN, links 
 PREDICTIONS = ("at launch (the planner's)", "simulated replay", "`shared`")
 
 
+def where_ran(job: dict) -> str:
+    """Which of :data:`WHERE` a job of a replay's result.json ran: over the WAN with links shared when
+    its `shared` prediction (every overlapping job's load) is above its prediction alone."""
+    if len(job["placement"]) == 1:
+        return WHERE[0]
+    crossed = job["predicted_shared_iteration_s"] > job["predicted_alone_iteration_s"] * (1 + 1e-9)
+    return WHERE[2] if crossed else WHERE[1]
+
+
 def job_errors(where: Path, planner: str) -> list[tuple[str, dict[str, float]]]:
     """Each completed job of one planner's replay in ``where`` (a seed's directory): where it ran (a
     :data:`WHERE`) and each prediction's error against its measured iteration time, in % (a prediction
@@ -147,11 +156,10 @@ def job_errors(where: Path, planner: str) -> list[tuple[str, dict[str, float]]]:
                           f"{planner}/result.json and jobs-{planner}.csv as emulator compare writes them") from None
     out = []
     for j in ran:
-        measured, alone, shared = j["measured_iteration_s"], j["predicted_alone_iteration_s"], \
-            j["predicted_shared_iteration_s"]
+        measured, shared = j["measured_iteration_s"], j["predicted_shared_iteration_s"]
         if measured is None or shared is None:  # did not complete, or was placed again
             continue
-        kind = WHERE[0] if len(j["placement"]) == 1 else WHERE[1] if shared <= alone * (1 + 1e-9) else WHERE[2]
+        kind = where_ran(j)
         errors = {PREDICTIONS[0]: j["error_pct"], PREDICTIONS[2]: 100.0 * (shared - measured) / measured}
         row = sim.get(j["job_id"], {})
         if row.get("simulated_iteration_s") and row["simulated_placement"] == row["placement"]:

@@ -30,6 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from emulated_orders import WHERE, where_ran  # noqa: E402
 from emulator.net.check import MAX_QUEUE_BDP  # noqa: E402
 from spiderflow.bench import machine  # noqa: E402
 from spiderflow.cliutil import OneLineParser, int_in, make_output_dir, one_line_errors, output_dir  # noqa: E402
@@ -57,8 +58,8 @@ def shared_jobs(result: dict) -> dict[str, tuple[str, float, float]]:
     traffic crossed their links): id -> (placement, measured, `shared`) in s an iteration."""
     out = {}
     for j in result["jobs"]:
-        m, alone, shared = j["measured_iteration_s"], j["predicted_alone_iteration_s"], j["predicted_shared_iteration_s"]
-        if m is not None and shared is not None and len(j["placement"]) > 1 and shared > alone * (1 + 1e-9):
+        m, shared = j["measured_iteration_s"], j["predicted_shared_iteration_s"]
+        if m is not None and shared is not None and where_ran(j) == WHERE[2]:
             out[j["job_id"]] = (" ".join(f"{c}:{g}" for c, g in j["placement"].items()), m, shared)
     return out
 
@@ -106,8 +107,8 @@ def run(args) -> None:
     for r in range(args.repeats):
         for q in args.queue_bdp:
             where = out / f"q-{q:g}-{r}"
-            argv = [sys.executable, "-m", "emulator", "run", *SETTINGS, "--trace", args.trace, "--planner", args.planner,
-                    "--queue-bdp", f"{q:g}", "--out", str(where), "--json"]
+            argv = [sys.executable, "-m", "emulator", "run", *SETTINGS, "--trace", args.trace,
+                    "--planner", args.planner, "--queue-bdp", f"{q:g}", "--out", str(where), "--json"]
             print(f"[queue-delay] {' '.join(argv[1:])}", file=sys.stderr, flush=True)
             done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
             if done.returncode != 0:
