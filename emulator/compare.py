@@ -345,7 +345,9 @@ def main(args: argparse.Namespace) -> int:
     progress = lambda msg: print(f"[compare] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     what = (f"{len(jobs)} jobs of {Path(trace_path).name} on {topo.name}, {args.iterations} iterations each, "
             f"arrivals / {args.time_scale:g}, {net.hosts_per_cluster} hosts per cluster, scale {net.scale:g}, "
-            f"dilation {net.dilation:g}, {'backfill' if args.backfill else 'FIFO'}, ILP limit {args.time_limit:g} s, "
+            f"dilation {net.dilation:g}"
+            + net.buffers_note()
+            + f", {'backfill' if args.backfill else 'FIFO'}, ILP limit {args.time_limit:g} s, "
             f"genetic {args.search_budget or 4900} trials")
     config = {**provenance(), "topology": topo.source, "trace": trace_path, "jobs": len(jobs), "planners": planners,
               "iterations": args.iterations, "warmup": args.warmup, "time_scale": args.time_scale,

@@ -362,7 +362,7 @@ def format_table(jobs: list[JobRun], net: NetConfig, mechanism: str | None, out:
     lines = [f"scale {net.scale:g} (bytes and bandwidths / {net.scale:g}; intra-cluster capped at "
              f"{net.intra_cap_mbps * net.scale / 1000:g} Gbit/s real-equivalent), dilation {k:g} "
              f"(rates / {k:g}, delays and compute x {k:g}, measured / {k:g}), delay by {mechanism or '?'}"
-             + (f", WAN buffers {net.queue_bdp:g} bandwidth-delay products" if net.queue_bdp != 1 else "")
+             + net.buffers_note()
              + "; times in real-equivalent s, start-up in wall s",
              "",
              f"{'job':<14} {'placement':<26} {'ranks':>5} {'predicted':>9} {'measured':>9} {'spread':>15} "

@@ -90,6 +90,11 @@ class NetConfig:
             raise EmulatorError(f"dilation must be a number in 1..{MAX_DILATION:g} (got {self.dilation!r}); "
                                 "1 runs in real time, K runs K times slower")
 
+    def buffers_note(self) -> str:
+        """What an output's header says of the WAN buffers: nothing at the default 1 bandwidth-delay
+        product, else ", WAN buffers Q bandwidth-delay products"."""
+        return f", WAN buffers {self.queue_bdp:g} bandwidth-delay products" if self.queue_bdp != 1 else ""
+
     @property
     def wire_divisor(self) -> float:
         """Topology bandwidth / wire rate: the scale times the dilation."""

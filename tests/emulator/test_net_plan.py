@@ -146,7 +146,8 @@ def test_queue_bdp_scales_every_wan_buffer_and_the_option_sets_it():
     parser = argparse.ArgumentParser()
     check.add_network_arguments(parser)
     config = check.network_config(parser.parse_args(["--queue-bdp", "0.25", "--dilation", "1"]))
-    assert config.queue_bdp == 0.25
+    assert config.queue_bdp == 0.25 and config.buffers_note() == ", WAN buffers 0.25 bandwidth-delay products"
+    assert NetConfig().buffers_note() == ""  # the default goes unsaid, as before the option
     whole, quarter = build_plan(topo, NetConfig(scale=10)), build_plan(topo, config)
     for a, b in (("tokyo", "london"), ("oregon", "virginia")):
         assert quarter.port(a, b).shape.queue_bytes == pytest.approx(whole.port(a, b).shape.queue_bytes / 4, abs=1)
