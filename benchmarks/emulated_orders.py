@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import random
 import statistics
@@ -84,7 +83,7 @@ def geomean(values: list[float | None]) -> float | None:
         return None
     if 0 in there:  # SpinSearch completed nothing in a seed: its throughput ratio is 0
         return 0.0
-    return math.exp(sum(math.log(v) for v in there) / len(there))
+    return statistics.geometric_mean(there)
 
 
 def smallest(values: list[float | None]) -> float | None:
