@@ -67,16 +67,15 @@ def shared_jobs(result: dict) -> dict[str, tuple[str, float, float]]:
 def table(runs: dict[float, list[dict]]) -> list[str]:
     """Per job (in any run's shared set) and buffer size: its placements, the median measured and the
     median error against `shared` over the repeats where it was placed as in the first."""
-    sizes = list(runs)
-    jobs = sorted({j for rs in runs.values() for r in rs for j in shared_jobs(r)})
-    lines = ["| job | placement | " + " | ".join(f"{q:g} BDP: measured (s) | error vs `shared`" for q in sizes) + " |",
-             "|---|---|" + "---:|---:|" * len(sizes)]
+    shared = {q: [shared_jobs(r) for r in rs] for q, rs in runs.items()}  # each run's, once
+    jobs = sorted({j for per_run in shared.values() for js in per_run for j in js})
+    lines = ["| job | placement | " + " | ".join(f"{q:g} BDP: measured (s) | error vs `shared`" for q in shared) + " |",
+             "|---|---|" + "---:|---:|" * len(shared)]
     for job in jobs:
-        seen = [shared_jobs(r).get(job) for rs in runs.values() for r in rs]
-        where = next(s[0] for s in seen if s)
+        where = next(js[job][0] for per_run in shared.values() for js in per_run if job in js)
         cells = []
-        for q in sizes:
-            mine = [s for s in (shared_jobs(r).get(job) for r in runs[q]) if s and s[0] == where]
+        for q, per_run in shared.items():
+            mine = [js[job] for js in per_run if job in js and js[job][0] == where]
             if not mine:
                 cells += ["n/a", "n/a"]
                 continue
