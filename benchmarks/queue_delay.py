@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 from emulated_orders import WHERE, where_ran  # noqa: E402
 from emulator.net.check import MAX_QUEUE_BDP  # noqa: E402
 from spiderflow.bench import machine  # noqa: E402
-from spiderflow.cliutil import OneLineParser, int_in, make_output_dir, one_line_errors, output_dir  # noqa: E402
+from spiderflow.cliutil import OneLineParser, float_in, int_in, make_output_dir, one_line_errors, \
+    output_dir  # noqa: E402
 from spiderflow.errors import ConfigError  # noqa: E402
 from spiderflow.placement import PLANNERS  # noqa: E402
 
@@ -43,11 +44,12 @@ SETTINGS = ("--topology", "topologies/paper8.yaml", "--search-budget", "1000", "
 
 def bdp_list(text: str) -> list[float]:
     """argparse type for ``--queue-bdp``: buffer sizes, comma-separated, each in (0, MAX_QUEUE_BDP], none twice."""
+    one = float_in(0.0, MAX_QUEUE_BDP)  # as the emulator's --queue-bdp takes each
     try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
+        values = [one(v) for v in text.split(",")]
+    except argparse.ArgumentTypeError:
         values = []
-    if not values or any(not 0 < v <= MAX_QUEUE_BDP for v in values) or len(set(values)) < len(values):
+    if not values or len(set(values)) < len(values):
         raise argparse.ArgumentTypeError(f"must be buffer sizes in bandwidth-delay products, comma-separated, each "
                                          f"in (0, {MAX_QUEUE_BDP:g}], none twice (got {text!r})")
     return values
