@@ -89,7 +89,8 @@ def generate_wan_events(topology: Topology, seed: int, pattern: WanPattern = Wan
     if not topology.links:
         raise ValueError(f"{topology.name} has no WAN links to generate events for; give a topology with links")
     horizon = pattern.hours * 3600
-    if math.ceil(min(horizon / pattern.step_s, 1e18)) * len(topology.links) + 2 * pattern.outages > MAX_GENERATED_ROWS:
+    n_steps = math.ceil(min(horizon / pattern.step_s, 1e18))  # clamped: a denormal step's count is infinite
+    if n_steps * len(topology.links) + 2 * pattern.outages > MAX_GENERATED_ROWS:
         raise ValueError(f"a row every {pattern.step_s:g} s for {pattern.hours:g} h on {len(topology.links)} links is "
                          f"over {MAX_GENERATED_ROWS:,} rows; raise --step-s or shorten --hours")
     rng = random.Random(seed)
@@ -99,7 +100,7 @@ def generate_wan_events(topology: Topology, seed: int, pattern: WanPattern = Wan
         link = topology.link(*pattern.outage_link) if pattern.outage_link else rng.choice(topology.links)
         start = round(rng.uniform(0.0, horizon - pattern.outage_s), 3)
         spans[link.key].append((start, start + pattern.outage_s))
-    steps = [k * pattern.step_s for k in range(math.ceil(horizon / pattern.step_s))]
+    steps = [k * pattern.step_s for k in range(n_steps)]
     rows = []
     for order, link in enumerate(topology.links):
         down = merged_spans(spans[link.key])
