@@ -469,9 +469,11 @@ def _bandwidth_figure(fits: list[dict], groups: dict, path: Path) -> None:
 
 
 def _save(fig: Figure, path: Path) -> None:
-    """``path`` (PNG, 110 dpi) and the same figure as PDF beside it."""
+    """``path`` (PNG, 110 dpi) and the same figure as PDF beside it. The constrained layout the PNG
+    computed is kept for the PDF (it is in figure fractions, whatever the dpi) instead of computed again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+    fig.set_layout_engine("none")
     fig.savefig(path.with_suffix(".pdf"))
 
 
