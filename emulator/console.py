@@ -5,7 +5,8 @@ Subcommands are modules listed in :data:`SUBCOMMANDS`; each provides
 add one (``run``, ``calibrate``), write its module and add a line here.
 Known errors (``SpiderFlowError``: a bad topology, not root, a busy lock, a
 failed command) print one line and exit with their code (2); ``--debug``
-shows the traceback instead. Ctrl-C exits 130, SIGTERM 143, after teardown.
+shows the traceback instead. Ctrl-C exits 130, SIGTERM 143 and SIGHUP (a closed terminal or
+SSH session) 129, after teardown.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from emulator import handback
 from spiderflow import __version__
 from spiderflow.cliutil import OneLineParser, run_main
-from spiderflow.errors import SpiderFlowError
+from spiderflow.errors import EndedBySignal, SpiderFlowError
 
 SUBCOMMANDS = {
     "calibrate": "emulator.calibrate.command",
@@ -62,5 +63,8 @@ def _main(argv: list[str] | None) -> int:
             raise
         print("interrupted; the network was torn down", file=sys.stderr)
         return 130
+    except EndedBySignal as exc:
+        print(f"ended by {exc.signame}; the network was torn down", file=sys.stderr)
+        return exc.code
     finally:
         handback.hand_back()  # a sudo run's outputs go to the user who ran sudo (emulator/handback.py)

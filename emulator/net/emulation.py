@@ -15,9 +15,10 @@ rules in its FORWARD chain. See :mod:`emulator.net.layout` for names, addresses,
 scaling and routing, :mod:`emulator.net.linkcmds` for the exact shaping.
 
 Ownership: ``__exit__`` tears down exactly what ``__enter__`` made, on normal
-exit, on an exception, on SIGINT (KeyboardInterrupt) and on SIGTERM (turned
-into ``SystemExit(143)`` while the emulation is up; signals are ignored during
-teardown so a second Ctrl-C cannot interrupt it). Every process we start gets
+exit, on an exception, on SIGINT (KeyboardInterrupt), on SIGTERM and on SIGHUP
+(a terminal or SSH session that closes; turned into ``SystemExit(128 + signal)``,
+143 and 129, while the emulation is up; signals are ignored during teardown so
+a second Ctrl-C cannot interrupt it). Every process we start gets
 ``PR_SET_PDEATHSIG=SIGKILL``, so even if the owner is SIGKILLed the kernel
 kills the shells and daemons and the namespaces collapse; the state file
 (:mod:`emulator.net.state`) lets ``python -m emulator clean`` finish any rest.
@@ -53,7 +54,7 @@ from mininet.node import Host
 from emulator.net import linkcmds as cmd
 from emulator.net.capability import choose_mechanism, kernel_has_netem, require_root, require_tools
 from emulator.net.delayd import QueueSpec
-from spiderflow.errors import EmulatorError
+from spiderflow.errors import EmulatorError, EndedBySignal
 from emulator.net.executor import Executor
 from emulator.net.layout import HostPlan, NetConfig, NetPlan, build_plan, wan_dev
 from emulator.net.state import MARKER_ENV, RUN_DIR_PREFIX, ProcRecord, StateStore, end_processes, \
@@ -61,6 +62,7 @@ from emulator.net.state import MARKER_ENV, RUN_DIR_PREFIX, ProcRecord, StateStor
 from spiderflow.topology import Topology
 
 PR_SET_PDEATHSIG = 1
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # tear down, then exit 128 + the signal
 DAEMON_READY_TIMEOUT_S = 15.0
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -349,12 +351,20 @@ class Emulation:
         if threading.current_thread() is not threading.main_thread():
             return
 
-        def on_sigterm(_signum, _frame):
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            raise SystemExit(128 + signal.SIGTERM)
+        terminal = [fd for fd in (1, 2) if os.isatty(fd)]  # asked now: a terminal that hung up answers EIO
 
-        self._old_handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm),
-                              signal.SIGINT: signal.getsignal(signal.SIGINT)}
+        def on_ending(signum, _frame):
+            for sig in ENDING_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+            if signum == signal.SIGHUP:  # the terminal is gone: writing to it would fail the teardown's logging
+                quiet = os.open(os.devnull, os.O_WRONLY)
+                for fd in terminal:
+                    os.dup2(quiet, fd)
+                os.close(quiet)
+            raise EndedBySignal(signum)
+
+        self._old_handlers = {sig: signal.signal(sig, on_ending) for sig in ENDING_SIGNALS}
+        self._old_handlers[signal.SIGINT] = signal.getsignal(signal.SIGINT)
 
     def _teardown(self) -> None:
         if self._torn_down or not self._entered:
@@ -363,7 +373,7 @@ class Emulation:
         t0 = time.monotonic()
         main = threading.current_thread() is threading.main_thread()
         if main:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, *ENDING_SIGNALS):
                 signal.signal(sig, signal.SIG_IGN)
         try:
             self._end_tracked()

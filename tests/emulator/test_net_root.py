@@ -105,8 +105,9 @@ def test_teardown_after_exception(two_cluster, state_dir, assert_no_leak):
 
 
 @pytest.mark.parametrize("sig, exit_codes", [(signal.SIGTERM, {128 + signal.SIGTERM}),
+                                               (signal.SIGHUP, {128 + signal.SIGHUP}),
                                                (signal.SIGINT, {-signal.SIGINT, 1, 130})],
-                         ids=["SIGTERM", "SIGINT"])
+                         ids=["SIGTERM", "SIGHUP", "SIGINT"])
 def test_teardown_after_signal(state_dir, assert_no_leak, sig, exit_codes):
     child = start_child(state_dir)
     child.send_signal(sig)

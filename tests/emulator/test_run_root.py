@@ -7,6 +7,7 @@ receives posted ahead (gloo's send/recv is a rendezvous) the WAN job measured wi
 broken mapping (a missing dp factor, a rendezvous latency per transfer: -40%) still fails it.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -131,6 +132,53 @@ def test_ctrl_c_tears_down_and_keeps_partial_results(inputs, state_dir, assert_n
     wan = next(j for j in result["jobs"] if j["job_id"] == "wan")
     assert wan["measured_iteration_s"] is not None  # measured before the interrupt, kept
     assert (out / "summary.md").exists() and (out / "ranks.jsonl").stat().st_size > 0
+    assert_no_leak()
+
+
+@pytest.mark.root
+def test_a_terminal_that_closes_tears_down_and_keeps_partial_results(inputs, state_dir, assert_no_leak):
+    """The run on a terminal of its own (a pseudo-terminal, as an SSH session gives) that closes mid-run:
+    the kernel hangs it up and sends SIGHUP to the run, its session's leader here (a login shell passes the
+    signal on to its jobs), and every later write to it fails.
+    The run tears the network down, keeps what was measured and exits 129, as on SIGTERM. Before, SIGHUP's
+    default action ended it on the spot: no results, the network and the rank pool left to `clean`."""
+    import pty
+    import select
+    import threading
+
+    out = inputs / "out"
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(run_argv(inputs, "--iterations", "40"), cwd=REPO, stdin=slave, stdout=slave,
+                            stderr=slave, preexec_fn=lambda: os.login_tty(slave))  # its controlling terminal
+    os.close(slave)
+    said, closing = [], threading.Event()  # what the run wrote to its terminal: read, or its writes would block
+
+    def drain():
+        while not closing.is_set():
+            if select.select([master], [], [], 0.1)[0]:
+                with contextlib.suppress(OSError):
+                    said.append(os.read(master, 4096))
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        wait_for_iterations(proc, out, "wan", 0, 4)
+    finally:
+        closing.set()
+        reader.join()
+        os.close(master)  # the terminal closes (mid-run, unless the wait above failed)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGHUP, b"".join(said)[-3000:]
+    rows = (out / "jobs.csv").read_text()
+    assert "wan,interrupted" in rows, rows
+    wan = next(j for j in json.loads((out / "result.json").read_text())["jobs"] if j["job_id"] == "wan")
+    assert wan["measured_iteration_s"] is not None  # measured before the hang-up, kept
+    assert not (state_dir / "emulation.json").exists()  # torn down by the run itself, nothing left to clean
     assert_no_leak()
 
 
