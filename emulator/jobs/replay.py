@@ -389,6 +389,7 @@ class Runner:
         self._dirty = True
         arrived = 0
         while any(j.status in ("queued", "running") for j in self.jobs):
+            self.emu.check_daemons()  # a dead delay daemon's links drop every packet: the run cannot go on
             self.steal.sample()
             now = self.now()
             n = sum(1 for j in self.jobs if j.arrival_s <= now)

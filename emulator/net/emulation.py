@@ -184,11 +184,11 @@ class Emulation:
         return {role.split("@", 1)[1]: proc for proc, role in self._procs if role.startswith("delayd@")}
 
     def check_daemons(self) -> None:
-        """Raise if a delay daemon died (its links would be black holes)."""
+        """Raise if a delay daemon died: its NFQUEUE rules stay, so its links drop every packet."""
         for router, proc in self.delay_daemons().items():
             if proc.poll() is not None:
-                raise EmulatorError(f"{router}: delay daemon exited with {proc.returncode}: "
-                                    f"{self._daemon_log_tail(router)}")
+                raise EmulatorError(f"{router}: delay daemon exited with {proc.returncode}, so its WAN links "
+                                    f"drop every packet ({self._daemon_log_tail(router)})")
 
     def _daemon_log_tail(self, router: str) -> str:
         try:

@@ -182,6 +182,36 @@ def test_a_terminal_that_closes_tears_down_and_keeps_partial_results(inputs, sta
     assert_no_leak()
 
 
+@pytest.mark.root
+def test_a_delay_daemon_that_dies_stops_the_run_in_one_line(inputs, state_dir, assert_no_leak):
+    """A delay daemon killed mid-run (the OOM killer, a crash): its NFQUEUE rules stay, so its router's WAN
+    links drop every packet, and the WAN job hung until its timeout (120 s x the dilation) to fail with a
+    reason about its ranks. The run now stops at once with one line naming the router: the jobs marked
+    interrupted with what they measured, the network torn down."""
+    out = inputs / "out"
+    proc = subprocess.Popen(run_argv(inputs, "--iterations", "40"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_iterations(proc, out, "wan", 0, 4)
+        state = json.loads((state_dir / "emulation.json").read_text())
+        daemon = next((p for p in state["processes"] if p["role"].startswith("delayd@")), None)
+        if daemon is None:
+            pytest.skip("this kernel has netem: no delay daemon")
+        os.kill(daemon["pid"], signal.SIGKILL)  # a process the run started, ended as the OOM killer would
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+    router = daemon["role"].split("@", 1)[1]
+    assert proc.returncode == 2, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {router}: delay daemon exited with -9, so its WAN links drop every packet"), last
+    rows = (out / "jobs.csv").read_text()
+    assert "wan,interrupted" in rows and "local," in rows, rows
+    assert_no_leak()
+
+
 def wait_for_iterations(proc, out, job_id, rank, n, timeout_s=120):
     """Wait until rank ``rank`` of ``job_id`` logged ``n`` iteration ends (its job is running)."""
     rank_log = out / "ranks" / f"{job_id}-r{rank}.jsonl"
