@@ -68,7 +68,7 @@ from emulator.net.hoststeal import StealLog
 from emulator.net.live import LiveNetwork
 from emulator.net.layout import HostPlan, NetConfig
 from emulator.net.servers import to_local_ns
-from emulator.net.state import MARKER_ENV
+from emulator.net.state import MARKER_ENV, how_it_ended
 from emulator.jobs.worker import STARTUP_NICE_ENV, RankSpec, rank_env
 from spiderflow.errors import EmulatorError
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, plan_work
@@ -715,7 +715,7 @@ class Runner:
     def _reason(self, j: JobRun, r: Rank) -> str:
         where = f"rank {r.spec.rank} on {r.host.name}"
         if r.exit is not None and r.exit < 0:
-            return f"{where} was killed by signal {signal.Signals(-r.exit).name}"
+            return f"{where} {how_it_ended(r.exit)}"
         for line in reversed(self._lines(j.files, r.spec.rank)):
             if line.get("event") == "failed":
                 return f"{where} failed: {line.get('reason')}"

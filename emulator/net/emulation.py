@@ -58,7 +58,7 @@ from spiderflow.errors import EmulatorError, EndedBySignal
 from emulator.net.executor import Executor
 from emulator.net.layout import HostPlan, NetConfig, NetPlan, build_plan, wan_dev
 from emulator.net.state import MARKER_ENV, RUN_DIR_PREFIX, ProcRecord, StateStore, end_processes, \
-    proc_starttime, remove_leftovers
+    how_it_ended, proc_starttime, remove_leftovers
 from spiderflow.topology import Topology
 
 PR_SET_PDEATHSIG = 1
@@ -187,8 +187,8 @@ class Emulation:
         """Raise if a delay daemon died: its NFQUEUE rules stay, so its links drop every packet."""
         for router, proc in self.delay_daemons().items():
             if proc.poll() is not None:
-                raise EmulatorError(f"{router}: delay daemon exited with {proc.returncode}, so its WAN links "
-                                    f"drop every packet ({self._daemon_log_tail(router)})")
+                raise EmulatorError(f"{router}: the delay daemon {how_it_ended(proc.returncode)}, so its WAN "
+                                    f"links drop every packet ({self._daemon_log_tail(router)})")
 
     def _daemon_log_tail(self, router: str) -> str:
         try:

@@ -46,6 +46,16 @@ def default_state_dir() -> Path:
     return run / "spiderflow" if run.is_dir() and os.access(run, os.W_OK) else Path("/tmp/spiderflow")
 
 
+def how_it_ended(returncode: int) -> str:
+    """A process's end in words, from ``Popen.returncode``: "was killed by signal SIGKILL", "exited with 3"."""
+    if returncode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:  # a real-time signal has no name
+            return f"was killed by signal {-returncode}"
+    return f"exited with {returncode}"
+
+
 def proc_starttime(pid: int) -> int | None:
     """Start time of a live (non-zombie) process, None if it is gone."""
     try:

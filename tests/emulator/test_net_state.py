@@ -9,8 +9,15 @@ import uuid
 import pytest
 
 from spiderflow.errors import EmulatorError
-from emulator.net.state import MARKER_ENV, ProcRecord, StateStore, marked_pids, proc_has_marker, proc_starttime, \
-    remove_leftovers
+from emulator.net.state import MARKER_ENV, ProcRecord, StateStore, how_it_ended, marked_pids, proc_has_marker, \
+    proc_starttime, remove_leftovers
+
+
+def test_how_a_process_ended_is_said_in_words():
+    """Popen.returncode in the words of a job's reason and of a dead delay daemon's line."""
+    assert how_it_ended(0) == "exited with 0" and how_it_ended(3) == "exited with 3"
+    assert how_it_ended(-9) == "was killed by signal SIGKILL"
+    assert how_it_ended(-40) == "was killed by signal 40"  # a real-time signal: no name, no ValueError
 
 
 def test_second_lock_holder_is_refused_with_the_owner_named(tmp_path):

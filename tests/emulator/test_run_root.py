@@ -206,7 +206,8 @@ def test_a_delay_daemon_that_dies_stops_the_run_in_one_line(inputs, state_dir, a
     router = daemon["role"].split("@", 1)[1]
     assert proc.returncode == 2, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: {router}: delay daemon exited with -9, so its WAN links drop every packet"), last
+    assert last.startswith(f"error: {router}: the delay daemon was killed by signal SIGKILL, so its WAN links "
+                           "drop every packet"), last
     rows = (out / "jobs.csv").read_text()
     assert "wan,interrupted" in rows and "local," in rows, rows
     assert_no_leak()
