@@ -81,7 +81,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from spiderflow.errors import EmulatorError
-from emulator.net.state import MARKER_ENV
+from emulator.net.state import MARKER_ENV, how_it_ended
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PRELOAD = ("torch", "torch.distributed", "emulator.jobs.worker", "emulator.calibrate.opbench_worker")
@@ -225,6 +225,13 @@ class RankPool:
         if self.emu is not None and not self.remote:  # another machine's pid: its server and agent end it
             self.emu.register(reply, role=role)
         return reply
+
+    def check(self) -> None:
+        """Raise if the server has died: its ranks died with it (their death signal), and no rank can start."""
+        code = self._server.poll()
+        if code is not None:
+            raise EmulatorError(f"the {self.label} (pid {self.pid}) {how_it_ended(code)}: the ranks it started "
+                                "died with it and no other can start; run again")
 
     def stat(self, paths: Sequence[str]) -> dict[str, int]:
         """Size of each file on the server's machine (-1: no such file)."""

@@ -200,6 +200,11 @@ class ServerPools:
     def for_host(self, host: str) -> RankPool:
         return self.pools[self.emu.server_of(host)]
 
+    def check(self) -> None:
+        """Raise if any server's pool has died (:meth:`RankPool.check`)."""
+        for pool in self.pools.values():
+            pool.check()
+
     def close(self) -> None:
         for pool in self.pools.values():
             with contextlib.suppress(OSError):

@@ -390,6 +390,8 @@ class Runner:
         arrived = 0
         while any(j.status in ("queued", "running") for j in self.jobs):
             self.emu.check_daemons()  # a dead delay daemon's links drop every packet: the run cannot go on
+            if self.pool is not None:
+                self.pool.check()  # nor can it without its rank pool
             self.steal.sample()
             now = self.now()
             n = sum(1 for j in self.jobs if j.arrival_s <= now)
@@ -638,6 +640,8 @@ class Runner:
         flooded = next((r for r in j.ranks if r.log_bytes() > RANK_LOG_CAP_BYTES), None)
         if not bad and not timed_out and not flooded and any(r.exit is None for r in j.ranks):
             return False
+        if bad and self.pool is not None:
+            self.pool.check()  # ranks that died with their pool: the run stops here, not the job alone
         if bad and not flooded:
             bad = self._settle(j)
         absent = self._not_joined(j, timed_out) if bad or timed_out else []

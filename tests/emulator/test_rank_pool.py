@@ -150,8 +150,11 @@ def test_closing_the_pool_ends_its_children(tmp_path):
 def test_a_server_killed_from_outside_fails_its_children_with_minus_9(tmp_path):
     pool = RankPool(preload=())
     proc = target(pool, tmp_path, "sleep", "60")
+    pool.check()  # alive: says nothing
     os.kill(pool.pid, signal.SIGKILL)
     assert proc.wait(timeout=10) == -signal.SIGKILL
+    with pytest.raises(EmulatorError, match=rf"^the rank pool \(pid {pool.pid}\) was killed by signal SIGKILL: "):
+        pool.check()  # what emulator run asks every poll
     with pytest.raises(EmulatorError, match="is gone"):
         target(pool, tmp_path, "exit", "0")
     pool.close()

@@ -213,6 +213,32 @@ def test_a_delay_daemon_that_dies_stops_the_run_in_one_line(inputs, state_dir, a
     assert_no_leak()
 
 
+@pytest.mark.root
+def test_a_rank_pool_that_dies_stops_the_run_in_one_line(inputs, state_dir, assert_no_leak):
+    """The rank pool's server killed mid-run: its ranks die with it (their death signal) and no rank can
+    start. The run stops with one line naming the pool, instead of failing each running job as if the
+    OOM killer had picked its ranks (\"rank 0 on east-h0 was killed by signal SIGKILL\") and going on."""
+    out = inputs / "out"
+    proc = subprocess.Popen(run_argv(inputs, "--iterations", "40"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_iterations(proc, out, "wan", 0, 4)
+        state = json.loads((state_dir / "emulation.json").read_text())
+        server = next(p for p in state["processes"] if p["role"] == "rank-pool")
+        os.kill(server["pid"], signal.SIGKILL)  # a process the run started
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+    assert proc.returncode == 2, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last == (f"error: the rank pool (pid {server['pid']}) was killed by signal SIGKILL: the ranks it "
+                    "started died with it and no other can start; run again"), last
+    assert "wan,interrupted" in (out / "jobs.csv").read_text()
+    assert_no_leak()
+
+
 def wait_for_iterations(proc, out, job_id, rank, n, timeout_s=120):
     """Wait until rank ``rank`` of ``job_id`` logged ``n`` iteration ends (its job is running)."""
     rank_log = out / "ranks" / f"{job_id}-r{rank}.jsonl"
