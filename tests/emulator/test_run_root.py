@@ -192,7 +192,7 @@ def test_a_delay_daemon_that_dies_stops_the_run_in_one_line(inputs, state_dir, a
     proc = subprocess.Popen(run_argv(inputs, "--iterations", "40"), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        wait_for_iterations(proc, out, "wan", 0, 4)
+        wait_for_iterations(proc, out, "wan", 0, 2)
         state = json.loads((state_dir / "emulation.json").read_text())
         daemon = next((p for p in state["processes"] if p["role"].startswith("delayd@")), None)
         if daemon is None:
@@ -222,7 +222,7 @@ def test_a_rank_pool_that_dies_stops_the_run_in_one_line(inputs, state_dir, asse
     proc = subprocess.Popen(run_argv(inputs, "--iterations", "40"), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        wait_for_iterations(proc, out, "wan", 0, 4)
+        wait_for_iterations(proc, out, "wan", 0, 2)
         state = json.loads((state_dir / "emulation.json").read_text())
         server = next(p for p in state["processes"] if p["role"] == "rank-pool")
         os.kill(server["pid"], signal.SIGKILL)  # a process the run started
