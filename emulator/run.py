@@ -275,8 +275,12 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if runner is not None:
             wall, stolen = time.monotonic() - t0, 100 * meter.share()
-            write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks, applied_events(runner),
-                          host_steal_pct=stolen)
+            try:
+                write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks, applied_events(runner),
+                              host_steal_pct=stolen)
+            except OSError as exc:  # a full disk: the network is down already, the results are lost
+                raise EmulatorError(f"{out}: cannot write the run's results there ({exc.strerror or exc}); free "
+                                    "space there, or pass --out DIR on another file system, and run again") from None
             progress(f"results in {out} ({wall:.0f} s in all, at most {runner.peak_ranks} ranks at once)")
     result = as_json(runner.jobs, net, out, runner.peak_ranks, applied_events(runner), host_steal_pct=stolen)
     if args.json:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -327,9 +328,27 @@ def closed_stdout_exit(exc: BrokenPipeError) -> int:
     return 1
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a write that found the file system (or the user's quota) full
+
+
+def no_space_exit(exc: OSError) -> int:
+    """Exit code 2 after a write found no space (:data:`NO_SPACE`), with one line naming the file
+    where the error names one (a failed write to an open file, standard output too, names none);
+    stdout is then pointed at /dev/null, so the interpreter's last flush cannot fail again."""
+    what = f"{exc.filename}: cannot write" if exc.filename else "cannot write the output"
+    with contextlib.suppress(OSError):  # stderr on the same full disk: nothing more can be said
+        print(f"error: {what} ({exc.strerror}); free space there, or write elsewhere, and run again",
+              file=sys.stderr)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 2
+
+
 def run_main(body: Callable[[list[str] | None], int], argv: list[str] | None) -> int:
     """``body(argv)`` as a CLI's ``main`` runs it: a path that is not UTF-8 (bytes kept as surrogates)
-    is printed escaped instead of raising, and a closed stdout ends quietly (:func:`closed_stdout_exit`)."""
+    is printed escaped instead of raising, a closed stdout ends quietly (:func:`closed_stdout_exit`),
+    and a write that finds the disk full is one line, not a traceback (:func:`no_space_exit`)."""
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
@@ -339,6 +358,10 @@ def run_main(body: Callable[[list[str] | None], int], argv: list[str] | None) ->
             sys.stdout.flush()
     except BrokenPipeError as exc:  # `... --json | head -1`
         return closed_stdout_exit(exc)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        return no_space_exit(exc)
 
 
 def add_scheduler_arguments(p: argparse.ArgumentParser) -> None:

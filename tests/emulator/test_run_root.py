@@ -239,6 +239,30 @@ def test_a_rank_pool_that_dies_stops_the_run_in_one_line(inputs, state_dir, asse
     assert_no_leak()
 
 
+@pytest.mark.root
+def test_a_full_disk_fails_the_jobs_and_the_run_in_one_line(inputs, state_dir, assert_no_leak):
+    """--out on a file system with no room left (a 64 KiB tmpfs): the ranks fail their jobs when their
+    logs find no space, and then the run's results cannot be written either. One line naming the
+    directory and exit 2, the network torn down; before, a traceback from write_results."""
+    tiny = inputs / "tiny"
+    tiny.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        done = subprocess.run(run_argv(inputs, "--iterations", "10", "--out", str(tiny / "out")), cwd=REPO,
+                              capture_output=True, text=True, timeout=240)
+    finally:
+        subprocess.run(["umount", str(tiny)], check=True)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "No space left on device" in done.stderr  # the jobs' reasons
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: {tiny / 'out'}: cannot write the run's results there (No space left on device); free space "
+        "there, or pass --out DIR on another file system, and run again")
+    assert_no_leak()
+
+
 def wait_for_iterations(proc, out, job_id, rank, n, timeout_s=120):
     """Wait until rank ``rank`` of ``job_id`` logged ``n`` iteration ends (its job is running)."""
     rank_log = out / "ranks" / f"{job_id}-r{rank}.jsonl"

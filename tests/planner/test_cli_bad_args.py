@@ -263,6 +263,31 @@ def test_closed_stdout_ends_quietly():
     assert err == ""
 
 
+def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):
+    """Standard output on a full device (/dev/full answers every write with ENOSPC, as a full disk does):
+    `trace generate --json` wrote its trace, then its summary could not be written. One line and exit 2;
+    before, a traceback and exit 1. A file the error names is named (here the trace itself on /dev/full,
+    which trace generate says in its own words)."""
+    out = tmp_path / "t.csv"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "spiderflow", "trace", "generate", "--jobs", "5", "--out", str(out),
+                               "--json"], cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == ["error: cannot write the output (No space left on device); free space there, "
+                                        "or write elsewhere, and run again"], done.stderr
+    assert len(out.read_text().splitlines()) == 7  # the trace (a comment, a header, 5 jobs) was written first
+    # an error that names its file (open() on a full file system) names it; another errno is not hidden
+    body = ("import errno, os, sys; from spiderflow.cliutil import run_main\n"
+            "def body(argv):\n    raise OSError(int(argv[0]), os.strerror(int(argv[0])), '/data/out/jobs.csv')\n"
+            "sys.exit(run_main(body, sys.argv[1:]))")
+    named = subprocess.run([sys.executable, "-c", body, "28"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert named.returncode == 2 and named.stderr.splitlines() == [
+        "error: /data/out/jobs.csv: cannot write (No space left on device); free space there, or write elsewhere, "
+        "and run again"], named.stderr
+    other = subprocess.run([sys.executable, "-c", body, "13"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert other.returncode == 1 and "PermissionError" in other.stderr  # EACCES: not a full disk
+
+
 def test_a_broken_pipe_that_is_not_stdout_is_not_hidden():
     with pytest.raises(BrokenPipeError):
         closed_stdout_exit(BrokenPipeError("a child's stdin"))
