@@ -182,33 +182,43 @@ def test_a_terminal_that_closes_tears_down_and_keeps_partial_results(inputs, sta
     assert_no_leak()
 
 
+def kill_mid_run(inputs, state_dir, picks) -> tuple[dict | None, subprocess.CompletedProcess | None]:
+    """`emulator run` of the two jobs; once the WAN job has logged two iterations, SIGKILL the first
+    process of the run's state file for which ``picks(record)`` is true (a process the run started).
+    Returns that record and the run as it ended, or (None, None) when the run has no such process."""
+    argv = run_argv(inputs, "--iterations", "40")
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    try:
+        wait_for_iterations(proc, inputs / "out", "wan", 0, 2)
+        state = json.loads((state_dir / "emulation.json").read_text())
+        victim = next((p for p in state["processes"] if picks(p)), None)
+        if victim is not None:
+            os.kill(victim["pid"], signal.SIGKILL)  # as the OOM killer or a crash would end it
+            stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+    return (None, None) if victim is None else (victim, subprocess.CompletedProcess(argv, proc.returncode,
+                                                                                     stdout, stderr))
+
+
 @pytest.mark.root
 def test_a_delay_daemon_that_dies_stops_the_run_in_one_line(inputs, state_dir, assert_no_leak):
     """A delay daemon killed mid-run (the OOM killer, a crash): its NFQUEUE rules stay, so its router's WAN
     links drop every packet, and the WAN job hung until its timeout (120 s x the dilation) to fail with a
     reason about its ranks. The run now stops at once with one line naming the router: the jobs marked
     interrupted with what they measured, the network torn down."""
-    out = inputs / "out"
-    proc = subprocess.Popen(run_argv(inputs, "--iterations", "40"), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_iterations(proc, out, "wan", 0, 2)
-        state = json.loads((state_dir / "emulation.json").read_text())
-        daemon = next((p for p in state["processes"] if p["role"].startswith("delayd@")), None)
-        if daemon is None:
-            pytest.skip("this kernel has netem: no delay daemon")
-        os.kill(daemon["pid"], signal.SIGKILL)  # a process the run started, ended as the OOM killer would
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=60)
+    daemon, done = kill_mid_run(inputs, state_dir, lambda p: p["role"].startswith("delayd@"))
+    if daemon is None:
+        pytest.skip("this kernel has netem: no delay daemon")
     router = daemon["role"].split("@", 1)[1]
-    assert proc.returncode == 2, stderr[-3000:]
-    last = stderr.strip().splitlines()[-1]
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {router}: the delay daemon was killed by signal SIGKILL, so its WAN links "
                            "drop every packet"), last
-    rows = (out / "jobs.csv").read_text()
+    rows = (inputs / "out" / "jobs.csv").read_text()
     assert "wan,interrupted" in rows and "local," in rows, rows
     assert_no_leak()
 
@@ -218,24 +228,13 @@ def test_a_rank_pool_that_dies_stops_the_run_in_one_line(inputs, state_dir, asse
     """The rank pool's server killed mid-run: its ranks die with it (their death signal) and no rank can
     start. The run stops with one line naming the pool, instead of failing each running job as if the
     OOM killer had picked its ranks (\"rank 0 on east-h0 was killed by signal SIGKILL\") and going on."""
-    out = inputs / "out"
-    proc = subprocess.Popen(run_argv(inputs, "--iterations", "40"), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for_iterations(proc, out, "wan", 0, 2)
-        state = json.loads((state_dir / "emulation.json").read_text())
-        server = next(p for p in state["processes"] if p["role"] == "rank-pool")
-        os.kill(server["pid"], signal.SIGKILL)  # a process the run started
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.communicate(timeout=60)
-    assert proc.returncode == 2, stderr[-3000:]
-    last = stderr.strip().splitlines()[-1]
+    server, done = kill_mid_run(inputs, state_dir, lambda p: p["role"] == "rank-pool")
+    assert done is not None, "the run has no rank pool in its state file"
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
     assert last == (f"error: the rank pool (pid {server['pid']}) was killed by signal SIGKILL: the ranks it "
                     "started died with it and no other can start; run again"), last
-    assert "wan,interrupted" in (out / "jobs.csv").read_text()
+    assert "wan,interrupted" in (inputs / "out" / "jobs.csv").read_text()
     assert_no_leak()
 
 

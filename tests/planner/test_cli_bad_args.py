@@ -270,8 +270,9 @@ def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):
     which trace generate says in its own words)."""
     out = tmp_path / "t.csv"
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "spiderflow", "trace", "generate", "--jobs", "5", "--out", str(out),
-                               "--json"], cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+        done = subprocess.run([sys.executable, "-m", "spiderflow", "trace", "generate", "--jobs", "5",
+                               "--out", str(out), "--json"], cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=60)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == ["error: cannot write the output (No space left on device); free space there, "
                                         "or write elsewhere, and run again"], done.stderr
