@@ -363,8 +363,11 @@ class Emulation:
                 os.close(quiet)
             raise EndedBySignal(signum)
 
-        self._old_handlers = {sig: signal.signal(sig, on_ending) for sig in ENDING_SIGNALS}
-        self._old_handlers[signal.SIGINT] = signal.getsignal(signal.SIGINT)
+        self._old_handlers = {signal.SIGINT: signal.getsignal(signal.SIGINT)}
+        for sig in ENDING_SIGNALS:
+            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # started under nohup: the run is to outlive its terminal, and does
+            self._old_handlers[sig] = signal.signal(sig, on_ending)
 
     def _teardown(self) -> None:
         if self._torn_down or not self._entered:

@@ -42,9 +42,9 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def start_child(state_dir):
+def start_child(state_dir, **popen):
     proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=REPO, env={**os.environ, "SPIDERFLOW_STATE_DIR": str(state_dir)})
+                            cwd=REPO, env={**os.environ, "SPIDERFLOW_STATE_DIR": str(state_dir)}, **popen)
     line = proc.stdout.readline()
     assert line.strip() == b"ready", proc.stderr.read().decode()
     return proc
@@ -112,6 +112,19 @@ def test_teardown_after_signal(state_dir, assert_no_leak, sig, exit_codes):
     child = start_child(state_dir)
     child.send_signal(sig)
     assert child.wait(timeout=30) in exit_codes
+    assert not (state_dir / "emulation.json").exists()
+    assert_no_leak()
+
+
+def test_under_nohup_a_hangup_is_ignored(state_dir, assert_no_leak):
+    """Started with SIGHUP ignored (`nohup`, to outlive the terminal): the emulation keeps it ignored, so a
+    hang-up leaves it running; SIGTERM still tears it down."""
+    child = start_child(state_dir, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    child.send_signal(signal.SIGHUP)
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(timeout=1.0)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 128 + signal.SIGTERM
     assert not (state_dir / "emulation.json").exists()
     assert_no_leak()
 
