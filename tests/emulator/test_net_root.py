@@ -42,9 +42,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def start_child(state_dir, **popen):
+def start_child(state_dir, hangup=signal.SIG_DFL):
+    """The child, with SIGHUP's disposition ``hangup`` (the suite itself may run under nohup)."""
     proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=REPO, env={**os.environ, "SPIDERFLOW_STATE_DIR": str(state_dir)}, **popen)
+                            cwd=REPO, env={**os.environ, "SPIDERFLOW_STATE_DIR": str(state_dir)},
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, hangup))
     line = proc.stdout.readline()
     assert line.strip() == b"ready", proc.stderr.read().decode()
     return proc
@@ -119,7 +121,7 @@ def test_teardown_after_signal(state_dir, assert_no_leak, sig, exit_codes):
 def test_under_nohup_a_hangup_is_ignored(state_dir, assert_no_leak):
     """Started with SIGHUP ignored (`nohup`, to outlive the terminal): the emulation keeps it ignored, so a
     hang-up leaves it running; SIGTERM still tears it down."""
-    child = start_child(state_dir, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    child = start_child(state_dir, hangup=signal.SIG_IGN)
     child.send_signal(signal.SIGHUP)
     with pytest.raises(subprocess.TimeoutExpired):
         child.wait(timeout=1.0)

@@ -148,8 +148,12 @@ def test_a_terminal_that_closes_tears_down_and_keeps_partial_results(inputs, sta
 
     out = inputs / "out"
     master, slave = pty.openpty()
+    def on_its_terminal():  # its controlling terminal; SIGHUP at its default (the suite may run under nohup)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        os.login_tty(slave)
+
     proc = subprocess.Popen(run_argv(inputs, "--iterations", "40"), cwd=REPO, stdin=slave, stdout=slave,
-                            stderr=slave, preexec_fn=lambda: os.login_tty(slave))  # its controlling terminal
+                            stderr=slave, preexec_fn=on_its_terminal)
     os.close(slave)
     said, closing = [], threading.Event()  # what the run wrote to its terminal: read, or its writes would block
 
