@@ -315,6 +315,15 @@ def _stdout_closed() -> bool:
         return False
 
 
+def write_nowhere(*fds: int) -> None:
+    """Point each of ``fds`` at /dev/null: what is still written to them has nowhere to go (a closed
+    pipe, a full disk, a terminal that hung up) and must not fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in fds:
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def closed_stdout_exit(exc: BrokenPipeError) -> int:
     """Exit code 1 after a ``BrokenPipeError`` from a closed stdout (``| head -1``), quietly: stdout
     is pointed at /dev/null so the interpreter's last flush cannot fail again (the recipe of the
@@ -322,9 +331,7 @@ def closed_stdout_exit(exc: BrokenPipeError) -> int:
     raised again."""
     if not _stdout_closed():
         raise exc
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    write_nowhere(sys.stdout.fileno())
     return 1
 
 
@@ -339,9 +346,7 @@ def no_space_exit(exc: OSError) -> int:
     with contextlib.suppress(OSError):  # stderr on the same full disk: nothing more can be said
         print(f"error: {what} ({exc.strerror}); free space there, or write elsewhere, and run again",
               file=sys.stderr)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    write_nowhere(sys.stdout.fileno())
     return 2
 
 

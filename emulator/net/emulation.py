@@ -54,6 +54,7 @@ from mininet.node import Host
 from emulator.net import linkcmds as cmd
 from emulator.net.capability import choose_mechanism, kernel_has_netem, require_root, require_tools
 from emulator.net.delayd import QueueSpec
+from spiderflow.cliutil import write_nowhere
 from spiderflow.errors import EmulatorError, EndedBySignal
 from emulator.net.executor import Executor
 from emulator.net.layout import HostPlan, NetConfig, NetPlan, build_plan, wan_dev
@@ -357,10 +358,7 @@ class Emulation:
             for sig in ENDING_SIGNALS:
                 signal.signal(sig, signal.SIG_IGN)
             if signum == signal.SIGHUP:  # the terminal is gone: writing to it would fail the teardown's logging
-                quiet = os.open(os.devnull, os.O_WRONLY)
-                for fd in terminal:
-                    os.dup2(quiet, fd)
-                os.close(quiet)
+                write_nowhere(*terminal)
             raise EndedBySignal(signum)
 
         self._old_handlers = {signal.SIGINT: signal.getsignal(signal.SIGINT)}
