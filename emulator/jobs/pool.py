@@ -87,6 +87,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PRELOAD = ("torch", "torch.distributed", "emulator.jobs.worker", "emulator.calibrate.opbench_worker")
 READY_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 10.0
+GONE_WAIT_S = 1.0  # how long a request that found the server gone waits for its exit status
 FETCH_TIMEOUT_S = 60.0
 PR_SET_PDEATHSIG = 1
 CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000  # <linux/sched.h>
@@ -169,7 +170,7 @@ class RankPool:
             emu.register(self._server, role=self.role)
         self._fd = self._server.stdout.fileno()
         os.set_blocking(self._fd, False)
-        self._buf, self._eof, self._seq = b"", False, 0
+        self._buf, self._eof, self._seq, self._closed = b"", False, 0, False
         self._live: dict[int, PooledProcess] = {}  # pid -> handle, until its exit is read
         self._replies: dict[int, PooledProcess | str] = {}  # request id -> handle or error (0: the server's)
         self.ready_at: float | None = None  # when the server said it was ready (monotonic)
@@ -220,6 +221,8 @@ class RankPool:
             request.update(files=dict(files or {}), unlink=[str(p) for p in unlink])
         self._send(request)
         reply = self._reply(self._seq, START_TIMEOUT_S)
+        if not isinstance(reply, PooledProcess) and self._eof:  # the server died: check's line, not a rank's
+            raise self._gone()
         if not isinstance(reply, PooledProcess):
             raise EmulatorError(f"{self.label} could not start {module} {' '.join(request['args'])}: {reply}")
         if self.emu is not None and not self.remote:  # another machine's pid: its server and agent end it
@@ -228,10 +231,18 @@ class RankPool:
 
     def check(self) -> None:
         """Raise if the server has died: its ranks died with it (their death signal), and no rank can start."""
+        if self._server.poll() is not None:
+            raise self._gone()
+
+    def _gone(self) -> EmulatorError:
+        """What :meth:`check` says, and a request that finds the server gone (it may still be ending: a
+        broken pipe comes first)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._server.wait(timeout=GONE_WAIT_S)
         code = self._server.poll()
-        if code is not None:
-            raise EmulatorError(f"the {self.label} (pid {self.pid}) {how_it_ended(code)}: the ranks it started "
-                                "died with it and no other can start; run again")
+        ended = "stopped reading its requests" if code is None else how_it_ended(code)
+        return EmulatorError(f"the {self.label} (pid {self.pid}) {ended}: the ranks it started died with it and "
+                             "no other can start; run again")
 
     def stat(self, paths: Sequence[str]) -> dict[str, int]:
         """Size of each file on the server's machine (-1: no such file)."""
@@ -252,6 +263,8 @@ class RankPool:
         self._seq += 1
         self._send({"id": self._seq, **request})
         reply = self._reply(self._seq, timeout_s)
+        if not isinstance(reply, dict) and self._eof:
+            raise self._gone()
         if not isinstance(reply, dict):
             raise EmulatorError(f"{self.label}: {next(iter(request))} failed: {reply}")
         return reply
@@ -261,16 +274,19 @@ class RankPool:
             self._send({"id": 0, how: pid, "sig": int(sig)})
 
     def _send(self, request: dict) -> None:
+        if self._closed:
+            raise EmulatorError(f"{self.label} (pid {self.pid}) was closed; start a new RankPool")
         try:
             if self._eof:
                 raise BrokenPipeError
             self._server.stdin.write(json.dumps(request).encode() + b"\n")
             self._server.stdin.flush()
-        except (BrokenPipeError, ValueError):  # ValueError: stdin closed by close()
-            raise EmulatorError(f"{self.label} server (pid {self.pid}) is gone; start a new RankPool") from None
+        except BrokenPipeError:
+            raise self._gone() from None
 
     def close(self) -> None:
         """End the server, which SIGKILLs and reaps every child first (idempotent)."""
+        self._closed = True
         with contextlib.suppress(BrokenPipeError):
             self._server.stdin.close()  # EOF: the server ends its children and exits
         try:

@@ -155,9 +155,21 @@ def test_a_server_killed_from_outside_fails_its_children_with_minus_9(tmp_path):
     assert proc.wait(timeout=10) == -signal.SIGKILL
     with pytest.raises(EmulatorError, match=rf"^the rank pool \(pid {pool.pid}\) was killed by signal SIGKILL: "):
         pool.check()  # what emulator run asks every poll
-    with pytest.raises(EmulatorError, match="is gone"):
+    with pytest.raises(EmulatorError, match=rf"^the rank pool \(pid {pool.pid}\) was killed by signal SIGKILL: "):
+        target(pool, tmp_path, "exit", "0")  # a launch says the same
+    pool.close()
+
+
+def test_a_launch_that_meets_a_dead_server_says_how_it_ended(tmp_path):
+    """Before anything has read the server's end (the run's poll checks between scheduling passes)."""
+    pool = RankPool(preload=())
+    os.kill(pool.pid, signal.SIGKILL)
+    with pytest.raises(EmulatorError, match=rf"^the rank pool \(pid {pool.pid}\) was killed by signal SIGKILL: "
+                                            "the ranks it started died with it and no other can start; run again$"):
         target(pool, tmp_path, "exit", "0")
     pool.close()
+    with pytest.raises(EmulatorError, match=r"was closed; start a new RankPool"):
+        target(pool, tmp_path, "exit", "0")
 
 
 def test_a_failed_preload_is_one_clear_error():
