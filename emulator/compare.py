@@ -17,7 +17,9 @@ comparable job by job.
 Output (``--out``, default ``runs/compare-<timestamp>``): ``config.json``
 first; per planner a directory with ``emulator run``'s files (``jobs.csv``,
 ``result.json``, ``ranks/``); ``jobs-<planner>.csv`` (per job: placement,
-predicted vs measured iteration time, measured vs simulated JCT);
+predicted vs measured iteration time, the simulated replay's (the median of the
+same intervals as the measured one: :func:`simulated_iteration_s`), measured vs
+simulated JCT);
 ``summary.json``; ``headline.md``; ``jct_cdf.png``/``.pdf`` (measured solid,
 simulated dashed). Ctrl-C tears the network down and writes what was
 measured. Times are real-equivalent seconds (wall / dilation); overheads are
@@ -32,6 +34,7 @@ import csv
 import dataclasses
 import datetime as dt
 import json
+import statistics
 import sys
 import textwrap
 import time
@@ -58,7 +61,7 @@ from spiderflow.errors import EmulatorError
 from spiderflow.placement import PLANNERS
 from spiderflow.plan import placement_text
 from spiderflow.provenance import provenance
-from spiderflow.simulate.engine import SimConfig, SimRecord, simulate, startup_seconds
+from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
 from spiderflow.simulate.floors import faster_link, floor_ratios, floors_text
 from spiderflow.simulate.metrics import fmt_value, ratio_of, summarise
 from spiderflow.topology import Topology
@@ -156,7 +159,7 @@ def simulated_replay(topo: Topology, jobs: list[Job], cfg: RunConfig, *, startup
                     search_budget=cfg.search_budget, calibration=cfg.calibration, charge_overhead=True,
                     overhead_scale=1.0 / net.dilation, startup_s=startup_s,
                     hosts_per_cluster={c.name: net.hosts_per_cluster for c in topo.clusters},
-                    priced_topology=emulated_topology(topo, net), exact=True,
+                    priced_topology=emulated_topology(topo, net), exact=True, record_paces=True,
                     wan_events=wan, capacity_events=cap)
     return simulate(topo, compressed, sim)
 
@@ -171,14 +174,20 @@ def _pct(predicted: float | None, measured: float | None) -> float | None:
     return 100.0 * (predicted - measured) / measured if ok else None
 
 
-def job_rows(measured: list[JobRun], simulated: list[SimRecord], startup) -> list[dict]:
+def simulated_iteration_s(rec: SimRecord | None, warmup: int) -> float | None:
+    """The simulated replay's figure for a job's iteration time, sharing included: the median of the
+    same intervals its measured figure takes (from the warm-up on, up to the first change that reached
+    it; :meth:`SimRecord.iteration_times`). None where there are none."""
+    times = rec.iteration_times()[max(1, warmup):] if rec is not None else []
+    return statistics.median(times) if times else None
+
+
+def job_rows(measured: list[JobRun], simulated: list[SimRecord], warmup: int) -> list[dict]:
     sim = {r.job.job_id: r for r in simulated}
     rows = []
     for j in measured:
         s = sim.get(j.job.job_id)
-        sim_iter = None  # the simulated run's mean iteration time, sharing included
-        if s is not None and s.completed:
-            sim_iter = (s.end_s - s.start_s - startup_seconds(startup, s.plan)) / s.job.iterations
+        sim_iter = simulated_iteration_s(s, warmup)
         rows.append({
             "job_id": j.job.job_id, "status": j.status, "placement": dict(j.segments),
             "simulated_placement": dict(s.segments) if s else {}, "ranks": len(j.ranks),
@@ -194,10 +203,10 @@ def job_rows(measured: list[JobRun], simulated: list[SimRecord], startup) -> lis
     return rows
 
 
-def planner_result(measured: list[JobRun], simulated: list[SimRecord], total_gpus: int, startup) -> dict:
+def planner_result(measured: list[JobRun], simulated: list[SimRecord], total_gpus: int, warmup: int) -> dict:
     m, s = summarise(measured, total_gpus), summarise(simulated, total_gpus)
     error = {k: _pct(s[k], m[k]) for k in SUMMARY_FIELDS if k != "avg_overhead_s"}
-    return {"measured": m, "simulated": s, "error_pct": error, "jobs": job_rows(measured, simulated, startup)}
+    return {"measured": m, "simulated": s, "error_pct": error, "jobs": job_rows(measured, simulated, warmup)}
 
 
 def headline(results: dict[str, dict], reference: str = REFERENCE, floors: dict | None = None) -> str:
@@ -389,8 +398,7 @@ def main(args: argparse.Namespace) -> int:
                     stolen = 100 * meter.share()
                     write_results(out / name, runner.jobs, net, emu.mechanism, time.monotonic() - started,
                                   runner.peak_ranks, applied_events(runner), host_steal_pct=stolen)
-                    results[name] = {**planner_result(runner.jobs, simulated, topo.total_gpus,
-                                                      startup_of(args.startup, topo, net)),
+                    results[name] = {**planner_result(runner.jobs, simulated, topo.total_gpus, cfg.warmup),
                                      "host_steal_pct": round(stolen, 2)}
                 port = runner.next_port
                 r = results[name]

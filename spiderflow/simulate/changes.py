@@ -233,6 +233,7 @@ class Changes:
         self.lifted |= ev.key in down_before and ev.key not in down
         changed = False
         for rec in list(sim.running):
+            sim.changed(rec, now)  # as the emulator marks every job running when a WAN change is in force
             routes = plan_routes(rec.plan, topo)
             if crosses(routes, down) is not None:  # no way around a dead link: stop, re-plan
                 sim.stop(rec, now, self.resume_s(rec, now))

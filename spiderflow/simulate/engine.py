@@ -36,6 +36,7 @@ restart cost and is re-planned through the same scheduler. Without them nothing 
 from __future__ import annotations
 
 import gc
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -78,6 +79,32 @@ class SimRecord(JobRecord):
     restart_until_s: float = 0.0  # when the restart cost of its latest start is paid (the cost of a move before)
     iterating_s: float = 0.0  # when its iterations begin after its latest start (restart cost and start-up paid)
     placed_iteration_s: float | None = None  # its iteration time when (re)placed (re-planning threshold)
+    # with SimConfig.record_paces: (from when, seconds per iteration; None: stopped) as they changed, and
+    # when a change first reached it (a WAN change while it ran, a stop or a move): iteration_times
+    paces: list[tuple[float, float | None]] = field(default_factory=list, repr=False)
+    first_changed_s: float | None = None
+
+    def iteration_times(self) -> list[float]:
+        """Its iterations' durations in order (the first from its first iteration's start), from
+        :attr:`paces`, up to the first change that reached it: the intervals ``emulator run``
+        measures of a job (docs/emulator-run.md), so that a simulated replay's figure can be the
+        same statistic. Empty without ``SimConfig.record_paces``."""
+        until = self.first_changed_s if self.first_changed_s is not None else self.end_s
+        if until is None or not self.paces:
+            return []
+        ends: list[float] = []
+        done = 0.0  # iterations done, fractional
+        bounds = [at for at, _ in self.paces[1:]] + [until]
+        for (at, pace), stop in zip(self.paces, bounds):
+            stop = min(stop, until)
+            if pace is None or stop <= at:
+                continue
+            while (end := at + (math.floor(done) + 1 - done) * pace) <= stop * (1 + 1e-9):
+                ends.append(end)
+                at, done = end, math.floor(done) + 1.0
+            done += (stop - at) / pace
+        first = self.paces[0][0]
+        return [b - a for a, b in zip([first, *ends], ends)]
 
 
 def startup_seconds(startup: float | Callable[[Plan], float], plan: Plan) -> float:
@@ -110,6 +137,7 @@ class SimConfig:
     replan_threshold: float = REPLAN_THRESHOLD  # ... when its iteration time grew past this multiple
     checkpoint_save_gbps: float = CHECKPOINT_SAVE_GBPS  # restart cost (changes.restart_cost_s)
     checkpoint_load_gbps: float = CHECKPOINT_LOAD_GBPS
+    record_paces: bool = False  # keep each job's paces (SimRecord.iteration_times; memory grows with the run)
 
     @property
     def scheduler(self) -> SchedulerConfig:
@@ -312,6 +340,8 @@ class Simulation:
             self.events.cancel(rec.token)
         rec.updated_s = max(rec.updated_s, now)
         rec.iteration_s = iteration
+        if self.cfg.record_paces:
+            rec.paces.append((rec.updated_s, iteration))
         if rec.placed_iteration_s is None:
             rec.placed_iteration_s = iteration
         rec.expected_end_s = rec.updated_s + rec.remaining * iteration
@@ -325,6 +355,7 @@ class Simulation:
         if rec.token is not None:
             self.events.cancel(rec.token)
         self._resume_cancelled(rec, now)
+        self.changed(rec, now, stopped=True)
         self.flows_changed |= bool(rec.routes)
         rec.status, rec.stopped_s, rec.restart_s = "queued", now, restart_s
         rec.token = rec.iteration_s = rec.expected_end_s = None
@@ -337,10 +368,20 @@ class Simulation:
         if rec.token is not None:
             self.events.cancel(rec.token)
         self._resume_cancelled(rec, now)
+        self.changed(rec, now, stopped=True)
         self.flows_changed = True
         rec.stopped_s, rec.restart_s, rec.token = now, restart_s, None
         rec.shares, rec.shared_estimates = (), {}
         self._start(rec, now)
+
+    def changed(self, rec: SimRecord, now: float, *, stopped: bool = False) -> None:
+        """A change reached running ``rec`` at ``now`` (``stopped``: it makes no progress from now until
+        it starts again): noted for :meth:`SimRecord.iteration_times`."""
+        if self.cfg.record_paces:
+            if rec.first_changed_s is None:
+                rec.first_changed_s = now
+            if stopped:
+                rec.paces.append((now, None))
 
     @staticmethod
     def _resume_cancelled(rec: SimRecord, now: float) -> None:

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from emulator.compare import headline, ranking, replay_jobs, simulated_replay
+from emulator.compare import headline, ranking, replay_jobs, simulated_iteration_s, simulated_replay
 from emulator.jobs.launch import emulated_view, predict_emulated
 from emulator.jobs.replay import RunConfig
 from emulator.jobs.startup import FIXED_WALL_S, startup_s
@@ -98,6 +98,10 @@ def test_events_are_compressed_like_arrivals_in_the_simulated_replay():
                      latency_ms=None, up=True),)  # mid-run on the replay's clock
     slowed, = simulated_replay(TOPO, [job], cfg, startup=0.0, wan_events=thin)
     assert slowed.end_s - slowed.start_s > 1.2 * (plain.end_s - plain.start_s)  # the event reached the simulation
+    # its figure is the iterations before the change, as the emulator measures a job a change reached
+    assert slowed.first_changed_s == pytest.approx(thin[0].time_s / 10.0)
+    assert len(slowed.iteration_times()) < job.iterations
+    assert simulated_iteration_s(slowed, cfg.warmup) == pytest.approx(simulated_iteration_s(plain, cfg.warmup))
     late, = simulated_replay(TOPO, [job], cfg, startup=0.0, wan_events=(dataclasses.replace(
         thin[0], time_s=10.0 * plain.end_s * 1.01),))
     # due after the job ended: no effect (its run, that is: its start moves by the planner's charged wall time)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from spiderflow.costmodel import TopologyView, estimate
-from spiderflow.simulate.engine import SimConfig, simulate
+from spiderflow.simulate.engine import SimConfig, SimRecord, simulate
 from spiderflow.simulate.metrics import job_rows, summarise
 from spiderflow.topology import parse_topology
 from spiderflow.workload import Job
@@ -53,6 +53,45 @@ def test_two_jobs_on_one_link_get_half_each():
     assert shared[0] > estimate(r0.plan, TopologyView(topology=topo))
     first = 0 if r0.end_s < r1.end_s else 1
     assert (r0, r1)[first].jct_s == pytest.approx(1000 * shared[first])
+
+
+def line_topology():
+    return parse_topology({"name": "line", "clusters": [
+        {"name": "a", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
+        {"name": "b", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 4},
+        {"name": "c", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}],
+        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1.0, "latency_ms": 10.0},
+                  {"a": "b", "b": "c", "bandwidth_gbps": 1.0, "latency_ms": 10.0}]})
+
+
+def test_iteration_times_follow_the_pace_as_the_link_is_shared_then_alone():
+    """test_two_jobs_on_one_link_get_half_each's jobs, j1 with 4 iterations: j0 runs its first ones
+    at the shared pace, the rest alone. Its iteration times say so one by one, as the emulator
+    measures them; the whole-run mean would blur the two."""
+    topo = line_topology()
+    r0, r1 = simulate(topo, [job(0, 12, iterations=20), job(1, 8, iterations=4)],
+                      SimConfig(planner="blind", record_paces=True))
+    shared = estimate(r0.plan, TopologyView(topology=topo, link_gbps={("a", "b"): 0.5, ("b", "c"): 0.5}))
+    alone = estimate(r0.plan, TopologyView(topology=topo))
+    times = r0.iteration_times()
+    assert len(times) == 20 and sum(times) == pytest.approx(r0.end_s - r0.start_s)
+    n = sum(1 for t in times if t == pytest.approx(shared))  # whole iterations before j1 ended
+    assert 1 <= n < 10 and r1.end_s < r0.start_s + (n + 1) * shared
+    assert times[:n] == pytest.approx([shared] * n) and times[n + 1:] == pytest.approx([alone] * (19 - n))
+    assert alone < times[n] < shared  # the iteration j1's end fell in
+    assert r1.iteration_times() == pytest.approx([r1.iteration_s] * 4)
+    (plain, _) = simulate(topo, [job(0, 12, iterations=20), job(1, 8, iterations=4)], SimConfig(planner="blind"))
+    assert plain.paces == [] and plain.iteration_times() == [] and plain.end_s == r0.end_s
+
+
+def test_iteration_times_stop_at_the_first_change():
+    """Progress stops while a job is stopped; only iterations that ended before the first change count."""
+    rec = SimRecord(job=job(0, 8, iterations=4), arrival_s=0.0)
+    rec.paces, rec.end_s = [(10.0, 1.0), (12.5, 2.0)], 15.5  # 2.5 iterations at 1 s, 1.5 at 2 s
+    assert rec.iteration_times() == pytest.approx([1.0, 1.0, 1.5, 2.0])
+    rec.paces = [(10.0, 1.0), (12.5, None), (20.0, 1.0)]
+    rec.first_changed_s, rec.end_s = 12.5, 21.5
+    assert rec.iteration_times() == pytest.approx([1.0, 1.0])
 
 
 def test_fifo_queues_and_backfill_jumps():
