@@ -281,7 +281,7 @@ class RankPool:
                 raise BrokenPipeError
             self._server.stdin.write(json.dumps(request).encode() + b"\n")
             self._server.stdin.flush()
-        except BrokenPipeError:
+        except (BrokenPipeError, ValueError):  # ValueError: its stdin was closed
             raise self._gone() from None
 
     def close(self) -> None:
