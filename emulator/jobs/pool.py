@@ -239,10 +239,13 @@ class RankPool:
         broken pipe comes first)."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._server.wait(timeout=GONE_WAIT_S)
+        return EmulatorError(f"the {self.label} (pid {self.pid}) {self._ended()}: the ranks it started died with "
+                             "it and no other can start; run again")
+
+    def _ended(self) -> str:
+        """How the server ended, in words (:meth:`_gone`)."""
         code = self._server.poll()
-        ended = "stopped reading its requests" if code is None else how_it_ended(code)
-        return EmulatorError(f"the {self.label} (pid {self.pid}) {ended}: the ranks it started died with it and "
-                             "no other can start; run again")
+        return "stopped reading its requests" if code is None else how_it_ended(code)
 
     def stat(self, paths: Sequence[str]) -> dict[str, int]:
         """Size of each file on the server's machine (-1: no such file)."""

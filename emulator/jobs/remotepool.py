@@ -165,6 +165,12 @@ class ServerRankPool(RankPool):
             if stderr is not subprocess.DEVNULL:
                 stderr.close()
 
+    def _ended(self) -> str:
+        """Here the server is its ssh client: what ssh said last, too (255 is ssh's own failure, a lost
+        connection among them; the pool's own end there comes back as ssh's exit status)."""
+        tail = self._stderr_tail()
+        return f"{super()._ended()} (ssh: {tail})" if tail else super()._ended()
+
     def _stderr_tail(self) -> str:
         if not self._stderr_path:
             return ""

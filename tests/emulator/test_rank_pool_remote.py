@@ -14,7 +14,9 @@ import pytest
 
 from emulator.jobs.pool import REPO as POOL_REPO
 from emulator.jobs.pool import RankPool, _die_with_parent
+from emulator.jobs.remotepool import ServerRankPool
 from emulator.jobs.replay import local_mono_s, rank_ends
+from emulator.net.servers import Ssh
 from spiderflow.errors import EmulatorError
 
 from .conftest import REPO
@@ -169,3 +171,27 @@ def test_a_pool_without_files_directory_refuses_file_requests():
     with RankPool(preload=()) as pool:
         with pytest.raises(EmulatorError, match="serves no files"):
             pool.stat(["/etc/hostname"])
+
+
+class LostSsh(ServerRankPool):
+    """A remote pool whose ssh client gives up as ssh does when the connection is lost: a line on its
+    stderr and exit status 255 (here a Python child in its place, no SSH)."""
+
+    def _spawn(self, preload):
+        with open(self._stderr_path, "ab") as stderr:
+            return subprocess.Popen([sys.executable, "-c", "import sys; sys.stderr.write("
+                                     "'Timeout, server west not responding.\\n'); sys.exit(255)"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+
+
+def test_a_remote_pool_whose_ssh_ends_says_what_ssh_said(tmp_path):
+    pool = LostSsh(server="west", ssh=Ssh(), files_dir=str(tmp_path), marker="t@x",
+                   stderr_path=str(tmp_path / "pool.log"), wait=False)
+    pool._server.wait(timeout=30)
+    line = (rf"^the rank pool on west \(pid {pool.pid}\) exited with 255 \(ssh: Timeout, server west not "
+            r"responding\.\): the ranks it started died with it and no other can start; run again$")
+    with pytest.raises(EmulatorError, match=line):
+        pool.check()
+    with pytest.raises(EmulatorError, match=line):  # a launch says the same
+        pool.start(module=TARGETS, args=["exit", "0"], env={}, log_path=str(tmp_path / "c.log"), ns_pid=None)
+    pool.close()
