@@ -36,16 +36,21 @@ def test_job_alone_gets_the_whole_link():
     assert rec.jct_s == pytest.approx(10 * alone)
 
 
-def test_two_jobs_on_one_link_get_half_each():
-    """Line a(8) - b(4) - c(8). Blind puts j0 (12 GPUs) on a:8 + c:4 (route a-b-c) and j1 (8 GPUs)
-    on b:4 + c:4 (route b-c). Link b-c carries both flows: 0.5 Gbit/s each; j0's a-b hop is then
-    not its bottleneck, so it is also held to 0.5."""
-    topo = parse_topology({"name": "line", "clusters": [
+def line_topology():
+    """Line a(8) - b(4) - c(8), 1 Gbit/s links."""
+    return parse_topology({"name": "line", "clusters": [
         {"name": "a", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
         {"name": "b", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 4},
         {"name": "c", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}],
         "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1.0, "latency_ms": 10.0},
                   {"a": "b", "b": "c", "bandwidth_gbps": 1.0, "latency_ms": 10.0}]})
+
+
+def test_two_jobs_on_one_link_get_half_each():
+    """Line a(8) - b(4) - c(8). Blind puts j0 (12 GPUs) on a:8 + c:4 (route a-b-c) and j1 (8 GPUs)
+    on b:4 + c:4 (route b-c). Link b-c carries both flows: 0.5 Gbit/s each; j0's a-b hop is then
+    not its bottleneck, so it is also held to 0.5."""
+    topo = line_topology()
     r0, r1 = simulate(topo, [job(0, 12, iterations=1000), job(1, 8, iterations=1000)], SimConfig(planner="blind"))
     assert r0.placement == {"a": 8, "c": 4} and r1.placement == {"b": 4, "c": 4}
     shared = {0: estimate(r0.plan, TopologyView(topology=topo, link_gbps={("a", "b"): 0.5, ("b", "c"): 0.5})),
@@ -53,15 +58,6 @@ def test_two_jobs_on_one_link_get_half_each():
     assert shared[0] > estimate(r0.plan, TopologyView(topology=topo))
     first = 0 if r0.end_s < r1.end_s else 1
     assert (r0, r1)[first].jct_s == pytest.approx(1000 * shared[first])
-
-
-def line_topology():
-    return parse_topology({"name": "line", "clusters": [
-        {"name": "a", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
-        {"name": "b", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 4},
-        {"name": "c", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8}],
-        "links": [{"a": "a", "b": "b", "bandwidth_gbps": 1.0, "latency_ms": 10.0},
-                  {"a": "b", "b": "c", "bandwidth_gbps": 1.0, "latency_ms": 10.0}]})
 
 
 def test_iteration_times_follow_the_pace_as_the_link_is_shared_then_alone():
