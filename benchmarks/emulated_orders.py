@@ -277,10 +277,10 @@ def render(args, out: Path, runs: dict[int, dict]) -> None:
               "some of its run (its `shared` prediction above its prediction alone). Error: (predicted - "
               "measured) / measured. At launch: the cost model under the link load when it started, as the "
               "planner saw it (`emulator run`'s error column). Simulated replay: the simulator's prediction of the "
-              "same replay, WAN links re-shared max-min as jobs come and go, its job's iteration time taken as "
-              "the measured one is (the median of the same iterations) where it placed the job as the replay "
-              "did. `shared`: the cost model under the "
-              "load of every job that overlapped it, for its whole run. Jobs placed again are left out.", ""]
+              "same replay (WAN links re-shared max-min as jobs come and go), its figure the median of the "
+              "iterations the measured one takes, where it placed the job as the replay did. `shared`: the cost "
+              "model under the load of every job that overlapped it, for its whole run. Jobs placed again are "
+              "left out.", ""]
     lines += error_rows(out, list(runs), args.planners)
     (out / "orders.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
