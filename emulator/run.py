@@ -279,8 +279,7 @@ def main(args: argparse.Namespace) -> int:
                 write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks, applied_events(runner),
                               host_steal_pct=stolen)
             except OSError as exc:  # a full disk: the network is down already, the results are lost
-                raise EmulatorError(f"{out}: cannot write the run's results there ({exc.strerror or exc}); free "
-                                    "space there, or pass --out DIR on another file system, and run again") from None
+                raise unwritable(out, exc) from None
             progress(f"results in {out} ({wall:.0f} s in all, at most {runner.peak_ranks} ranks at once)")
     result = as_json(runner.jobs, net, out, runner.peak_ranks, applied_events(runner), host_steal_pct=stolen)
     if args.json:
@@ -337,6 +336,12 @@ def as_json(jobs: list[JobRun], net: NetConfig, out: Path, peak_ranks: int | Non
 
 def _fmt(x, spec=".3f") -> str:
     return "" if x is None else format(x, spec)
+
+
+def unwritable(out: Path, exc: OSError) -> EmulatorError:
+    """The one line for results that cannot be written to ``out`` (a full disk, most often)."""
+    return EmulatorError(f"{out}: cannot write the run's results there ({exc.strerror or exc}); free space there, "
+                         "or pass --out DIR on another file system, and run again")
 
 
 def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str | None, wall_s: float,
