@@ -170,3 +170,19 @@ def two_cluster_yaml(tmp_path):
     path = tmp_path / "two.yaml"
     path.write_text(TWO_CLUSTER_YAML)
     return path
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A directory on a file system with next to no room (a 64 KiB tmpfs, unmounted after the test;
+    the test is skipped where none can be mounted): the full-disk tests' ``--out DIR`` goes under it."""
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield tiny
+    finally:
+        subprocess.run(["umount", str(tiny)], check=True)

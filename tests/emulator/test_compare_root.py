@@ -67,25 +67,17 @@ def test_compare_replays_each_planner_on_one_network(tmp_path, state_dir, assert
 
 
 @pytest.mark.root
-def test_a_full_disk_ends_compare_in_one_line_naming_the_directory(tmp_path, state_dir, assert_no_leak):
+def test_a_full_disk_ends_compare_in_one_line_naming_the_directory(tmp_path, state_dir, assert_no_leak, full_disk):
     """--out on a file system with no room left (a 64 KiB tmpfs), as test_run_root's full-disk test has
     `emulator run`: exit 2, the network torn down, and the line names the directory; before, run_main's
     general line, which names none."""
     (tmp_path / "two.yaml").write_text(TWO_CLUSTER_1G_YAML)
     (tmp_path / "two.csv").write_text(TRACE)
-    tiny = tmp_path / "tiny"
-    tiny.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], capture_output=True,
-                             text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        done = subprocess.run([sys.executable, "-m", "emulator", "compare", "--topology", str(tmp_path / "two.yaml"),
-                               "--trace", str(tmp_path / "two.csv"), "--planners", "blind", "--iterations", "10",
-                               "--hosts-per-cluster", "3", "--dilation", "1", "--out", str(tiny / "out")],
-                              cwd=REPO, capture_output=True, text=True, timeout=240)
-    finally:
-        subprocess.run(["umount", str(tiny)], check=True)
+    tiny = full_disk
+    done = subprocess.run([sys.executable, "-m", "emulator", "compare", "--topology", str(tmp_path / "two.yaml"),
+                           "--trace", str(tmp_path / "two.csv"), "--planners", "blind", "--iterations", "10",
+                           "--hosts-per-cluster", "3", "--dilation", "1", "--out", str(tiny / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (

@@ -243,21 +243,13 @@ def test_a_rank_pool_that_dies_stops_the_run_in_one_line(inputs, state_dir, asse
 
 
 @pytest.mark.root
-def test_a_full_disk_fails_the_jobs_and_the_run_in_one_line(inputs, state_dir, assert_no_leak):
+def test_a_full_disk_fails_the_jobs_and_the_run_in_one_line(inputs, state_dir, assert_no_leak, full_disk):
     """--out on a file system with no room left (a 64 KiB tmpfs): the ranks fail their jobs when their
     logs find no space, and then the run's results cannot be written either. One line naming the
     directory and exit 2, the network torn down; before, a traceback from write_results."""
-    tiny = inputs / "tiny"
-    tiny.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)], capture_output=True,
-                             text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        done = subprocess.run(run_argv(inputs, "--iterations", "10", "--out", str(tiny / "out")), cwd=REPO,
-                              capture_output=True, text=True, timeout=240)
-    finally:
-        subprocess.run(["umount", str(tiny)], check=True)
+    tiny = full_disk
+    done = subprocess.run(run_argv(inputs, "--iterations", "10", "--out", str(tiny / "out")), cwd=REPO,
+                          capture_output=True, text=True, timeout=240)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "No space left on device" in done.stderr  # the jobs' reasons
     assert done.stderr.strip().splitlines()[-1] == (
