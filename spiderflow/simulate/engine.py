@@ -79,9 +79,9 @@ class SimRecord(JobRecord):
     restart_until_s: float = 0.0  # when the restart cost of its latest start is paid (the cost of a move before)
     iterating_s: float = 0.0  # when its iterations begin after its latest start (restart cost and start-up paid)
     placed_iteration_s: float | None = None  # its iteration time when (re)placed (re-planning threshold)
-    # with SimConfig.record_paces: (from when, seconds per iteration; None: stopped) as they changed, and
-    # when a change first reached it (a WAN change while it ran, a stop or a move): iteration_times
-    paces: list[tuple[float, float | None]] = field(default_factory=list, repr=False)
+    # with SimConfig.record_paces: (from when, seconds per iteration) as they changed, and when a change
+    # first reached it (a WAN change while it ran, a stop or a move): iteration_times
+    paces: list[tuple[float, float]] = field(default_factory=list, repr=False)
     first_changed_s: float | None = None
 
     def iteration_times(self) -> list[float]:
@@ -97,7 +97,7 @@ class SimRecord(JobRecord):
         bounds = [at for at, _ in self.paces[1:]] + [until]
         for (at, pace), stop in zip(self.paces, bounds):
             stop = min(stop, until)
-            if pace is None or stop <= at:
+            if stop <= at:
                 continue
             while (end := at + (math.floor(done) + 1 - done) * pace) <= stop * (1 + 1e-9):
                 ends.append(end)
@@ -355,7 +355,7 @@ class Simulation:
         if rec.token is not None:
             self.events.cancel(rec.token)
         self._resume_cancelled(rec, now)
-        self.changed(rec, now, stopped=True)
+        self.changed(rec, now)
         self.flows_changed |= bool(rec.routes)
         rec.status, rec.stopped_s, rec.restart_s = "queued", now, restart_s
         rec.token = rec.iteration_s = rec.expected_end_s = None
@@ -368,20 +368,17 @@ class Simulation:
         if rec.token is not None:
             self.events.cancel(rec.token)
         self._resume_cancelled(rec, now)
-        self.changed(rec, now, stopped=True)
+        self.changed(rec, now)
         self.flows_changed = True
         rec.stopped_s, rec.restart_s, rec.token = now, restart_s, None
         rec.shares, rec.shared_estimates = (), {}
         self._start(rec, now)
 
-    def changed(self, rec: SimRecord, now: float, *, stopped: bool = False) -> None:
-        """A change reached running ``rec`` at ``now`` (``stopped``: it makes no progress from now until
-        it starts again): noted for :meth:`SimRecord.iteration_times`."""
-        if self.cfg.record_paces:
-            if rec.first_changed_s is None:
-                rec.first_changed_s = now
-            if stopped:
-                rec.paces.append((now, None))
+    def changed(self, rec: SimRecord, now: float) -> None:
+        """A change reached running ``rec`` at ``now`` (a WAN change, a stop or a move): its
+        :meth:`SimRecord.iteration_times` end there, so what it runs after needs no pace of its own."""
+        if self.cfg.record_paces and rec.first_changed_s is None:
+            rec.first_changed_s = now
 
     @staticmethod
     def _resume_cancelled(rec: SimRecord, now: float) -> None:

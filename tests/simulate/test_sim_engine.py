@@ -81,11 +81,11 @@ def test_iteration_times_follow_the_pace_as_the_link_is_shared_then_alone():
 
 
 def test_iteration_times_stop_at_the_first_change():
-    """Progress stops while a job is stopped; only iterations that ended before the first change count."""
+    """Only iterations that ended before the first change count (a stop, say, at 12.5 s)."""
     rec = SimRecord(job=job(0, 8, iterations=4), arrival_s=0.0)
     rec.paces, rec.end_s = [(10.0, 1.0), (12.5, 2.0)], 15.5  # 2.5 iterations at 1 s, 1.5 at 2 s
     assert rec.iteration_times() == pytest.approx([1.0, 1.0, 1.5, 2.0])
-    rec.paces = [(10.0, 1.0), (12.5, None), (20.0, 1.0)]
+    rec.paces = [(10.0, 1.0), (20.0, 1.0)]  # stopped at 12.5, started again at 20
     rec.first_changed_s, rec.end_s = 12.5, 21.5
     assert rec.iteration_times() == pytest.approx([1.0, 1.0])
 
