@@ -170,7 +170,7 @@ class RankPool:
             emu.register(self._server, role=self.role)
         self._fd = self._server.stdout.fileno()
         os.set_blocking(self._fd, False)
-        self._buf, self._eof, self._seq, self._closed = b"", False, 0, False
+        self._buf, self._eof, self._seq = b"", False, 0
         self._live: dict[int, PooledProcess] = {}  # pid -> handle, until its exit is read
         self._replies: dict[int, PooledProcess | str] = {}  # request id -> handle or error (0: the server's)
         self.ready_at: float | None = None  # when the server said it was ready (monotonic)
@@ -277,19 +277,18 @@ class RankPool:
             self._send({"id": 0, how: pid, "sig": int(sig)})
 
     def _send(self, request: dict) -> None:
-        if self._closed:
+        if self._server.stdin.closed:  # by close(): a caller's mistake
             raise EmulatorError(f"{self.label} (pid {self.pid}) was closed; start a new RankPool")
         try:
             if self._eof:
                 raise BrokenPipeError
             self._server.stdin.write(json.dumps(request).encode() + b"\n")
             self._server.stdin.flush()
-        except (BrokenPipeError, ValueError):  # ValueError: its stdin was closed
+        except BrokenPipeError:
             raise self._gone() from None
 
     def close(self) -> None:
         """End the server, which SIGKILLs and reaps every child first (idempotent)."""
-        self._closed = True
         with contextlib.suppress(BrokenPipeError):
             self._server.stdin.close()  # EOF: the server ends its children and exits
         try:
