@@ -42,7 +42,7 @@ from emulator.net.layout import NetConfig
 from emulator.jobs.pool import RankPool
 from emulator.jobs.replay import JobRun, RunConfig, Runner
 from emulator.net.state import StateStore
-from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in,
+from spiderflow.cliutil import (NO_SPACE, add_scheduler_arguments, dumps, float_in, input_file, int_in,
                                 output_dir)
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, plan_work
 from spiderflow.costmodel.calibration import check_calibration_applies
@@ -342,6 +342,17 @@ def unwritable(out: Path, exc: OSError) -> EmulatorError:
     """The one line for results that cannot be written to ``out`` (a full disk, most often)."""
     return EmulatorError(f"{out}: cannot write the run's results there ({exc.strerror or exc}); free space there, "
                          "or pass --out DIR on another file system, and run again")
+
+
+@contextlib.contextmanager
+def unwritable_raises(out: Path):
+    """A write that finds no space (:data:`~spiderflow.cliutil.NO_SPACE`) inside: :func:`unwritable`'s line."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        raise unwritable(out, exc) from None
 
 
 def write_results(out: Path, jobs: list[JobRun], net: NetConfig, mechanism: str | None, wall_s: float,

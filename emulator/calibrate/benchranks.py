@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulator.calibrate.opbench_worker import PEER_FAILED, unwritable_errno
 from emulator.jobs.pool import REPO, RankPool
 from emulator.jobs.ranklog import read_lines
 from emulator.jobs.remotepool import by_pool, fetch_back
@@ -187,8 +189,26 @@ def run_ranks(hosts: list[BenchHost], spec: dict, *, pool_of: Callable[[str], Ra
     lines = [ln for r in ranks for ln in on_our_clock(read_lines(work / f"r{r.rank}.jsonl"), r.pool.clock_offset_ns)]
     bad = [r for r in ranks if r.proc.returncode != 0]
     if bad:
-        reasons = [ln.get("reason") for ln in lines if ln.get("event") == "failed"]
-        r = bad[0]
-        raise EmulatorError(f"microbenchmark rank {r.rank} on {r.host.name} exited with {r.proc.returncode}"
-                            + (f": {reasons[0]}" if reasons else f"; see {work}/r{r.rank}.log"))
+        raise failed(bad, lines, work)
     return lines
+
+
+def failed(bad: list[BenchRank], lines: list[dict], work: Path) -> EmulatorError:
+    """The one line for ranks that exited non-zero. It names a rank that ended for its own reason
+    before one that only lost a peer (gloo's "Connection closed by peer" names no cause), and says
+    so plainly when a rank could not write its lines (a full disk)."""
+    r = min(bad, key=lambda b: b.proc.returncode == PEER_FAILED)  # rank order among equals
+    where = f"microbenchmark rank {r.rank} on {r.host.name}"
+    errno = unwritable_errno(r.proc.returncode)
+    if errno is not None:
+        why = os.strerror(errno) if errno else "an error it could not report"
+        if r.remote:
+            server = getattr(r.pool, "server", "its server")
+            return EmulatorError(f"{server}:{Path(r.out).parent}: {where} cannot write its measurements there "
+                                 f"({why}); free space there and run again")
+        return EmulatorError(f"{work}: {where} cannot write its measurements there ({why}); free space there, "
+                             "or pass --out DIR on another file system, and run again")
+    reason = next((ln.get("reason") for ln in lines if ln.get("event") == "failed" and ln.get("rank") == r.rank),
+                  None)
+    return EmulatorError(f"{where} exited with {r.proc.returncode}"
+                         + (f": {reason}" if reason else f"; see {work}/r{r.rank}.log"))

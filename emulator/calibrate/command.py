@@ -36,9 +36,10 @@ from spiderflow.errors import EmulatorError
 from emulator.net.hoststeal import StealMeter
 from emulator.net.layout import NetConfig
 from emulator.net.servers import ServerSet, add_server_arguments
-from emulator.run import MAX_ITERATIONS, check_split, check_warmup, emulation, rank_pools, servers_of, topology_split
+from emulator.run import (MAX_ITERATIONS, check_split, check_warmup, emulation, rank_pools, servers_of, topology_split,
+                          unwritable_raises)
 from emulator.jobs.replay import RunConfig
-from spiderflow.cliutil import dumps, int_in, output_dir
+from spiderflow.cliutil import NO_SPACE, dumps, int_in, output_dir
 from spiderflow.costmodel import load_calibration, plan_work
 from spiderflow.provenance import provenance
 from spiderflow.topology.load import TOPOLOGY_NAME
@@ -142,6 +143,59 @@ def auto_dilation(topos, net: NetConfig, *, with_plans: bool) -> Choice:
     return choose_dilation(sized, overhead_s=measure_op_overhead_s(), one_at_a_time=True)
 
 
+def calibrate_topologies(splits, net: NetConfig, run_cfg: RunConfig, args: argparse.Namespace,
+                         servers: ServerSet | None, config: dict, out: Path, log) -> tuple[list[Path], object]:
+    """Calibrate every topology of ``splits`` in turn and write the report, also after a failure
+    (``config.json`` rewritten as each ends): (the calibration files, the run directory read back)."""
+    from emulator.calibrate.rundir import load_run
+
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    t0, meter = time.monotonic(), StealMeter()
+    cal_paths, failure = [], None
+    try:
+        for topo, assignment in splits:
+            record: dict = {}  # rank_pools puts the clock offsets measured at this topology's build here
+            try:
+                path, config["mechanism"] = calibrate_topology(
+                    topo, net, run_cfg, samples=args.samples, with_plans=not args.no_plans, out=out, log=log,
+                    servers=servers, assignment=assignment, record=record)
+                cal_paths.append(path)
+            finally:
+                if "clock_offsets" in record:
+                    config["clock_offsets"][topo.source] = record["clock_offsets"]
+                config["host_steal_pct"] = round(100 * meter.share(), 2)  # so far: the report reads it
+                (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        run = report_on(out, failure, log, t0)
+    return cal_paths, load_run(out) if run is None else run
+
+
+def report_on(out: Path, failure: BaseException | None, log, t0: float):
+    """Read the run directory back and write its report: the run directory, read and checked once for
+    the report, its MAPE line and --json (None: no microbenchmark was written). After a ``failure``
+    the report is still written where it can be, and the failure stays what the run ends with: on a
+    full disk none is tried (a line may be cut short there), and one that cannot be written is logged."""
+    from emulator.calibrate.report import write_report
+    from emulator.calibrate.rundir import load_run
+
+    full = isinstance(failure, OSError) and failure.errno in NO_SPACE
+    if not (out / "microbench.jsonl").exists() or full:
+        return None
+    try:
+        run = load_run(out)
+        report = write_report(run)
+    except (EmulatorError, OSError) as exc:
+        if failure is None:
+            raise
+        log(f"no report: {exc}")
+        return None
+    log(f"report: {report} ({time.monotonic() - t0:.0f} s in all)")
+    return run
+
+
 def main(args: argparse.Namespace) -> int:
     check_warmup(args)
     servers = servers_of(args)
@@ -177,33 +231,10 @@ def main(args: argparse.Namespace) -> int:
     if servers is not None:  # per topology: each gets its own split network and its own clock measurement
         config.update(servers=list(servers.names), tunnel=servers.tunnel,
                       assignment={t.source: a for t, a in splits}, clock_offsets={})
-    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-    t0, meter = time.monotonic(), StealMeter()
-    cal_paths = []
-    try:
-        for topo, assignment in splits:
-            record: dict = {}  # rank_pools puts the clock offsets measured at this topology's build here
-            try:
-                path, config["mechanism"] = calibrate_topology(
-                    topo, net, run_cfg, samples=args.samples, with_plans=not args.no_plans, out=out, log=log,
-                    servers=servers, assignment=assignment, record=record)
-                cal_paths.append(path)
-            finally:
-                if "clock_offsets" in record:
-                    config["clock_offsets"][topo.source] = record["clock_offsets"]
-                config["host_steal_pct"] = round(100 * meter.share(), 2)  # so far: the report reads it
-                (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-    finally:
-        from emulator.calibrate.report import mape_summary, write_report
-        from emulator.calibrate.rundir import load_run
+    with unwritable_raises(out):  # a full disk: one line naming --out, after the network's teardown
+        cal_paths, run = calibrate_topologies(splits, net, run_cfg, args, servers, config, out, log)
+    from emulator.calibrate.report import mape_summary
 
-        run = None  # the run directory, read and checked once for the report, its MAPE line and --json
-        if (out / "microbench.jsonl").exists():
-            run = load_run(out)
-            report = write_report(run)
-            log(f"report: {report} ({time.monotonic() - t0:.0f} s in all)")
-    if run is None:
-        run = load_run(out)
     summary = mape_summary(run)
     if args.json:
         plans = run.plans

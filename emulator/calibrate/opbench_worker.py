@@ -36,15 +36,33 @@ emulation's scale, as the shaped bandwidths are.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from emulator.jobs.collectives import ring_all_reduce
 from emulator.jobs.worker import failure_reason, process_group
 
 FLOAT_BYTES = 4
+PEER_FAILED = 3  # a gloo error: a timeout, or a peer that went (its own exit tells why)
+UNWRITABLE = 100  # 100 + errno (0: not known): this rank could not write its lines (a full disk: 128); its log
+# is most likely on the same disk, so the exit code is what says so
+
+
+class _Unwritable(Exception):
+    """A write of this rank's JSON lines failed (``errno`` of the OSError)."""
+
+    def __init__(self, errno: int) -> None:
+        super().__init__(errno)
+        self.errno = errno
+
+
+def unwritable_errno(code: int | None) -> int | None:
+    """The errno a rank's exit ``code`` carries when it could not write its lines, else None."""
+    return code - UNWRITABLE if code is not None and UNWRITABLE <= code <= 255 else None
 
 
 def elements(nbytes: float, scale: float, ranks: int = 1) -> int:
@@ -96,13 +114,26 @@ def run(spec: dict) -> int:
 
     torch.set_num_threads(1)
     me, scale = spec["rank"], spec["scale"]
-    out = open(spec["out"], "a", buffering=1)
-    with process_group(dist, "gloo", master=f"{spec['master_addr']}:{spec['master_port']}", rank=me,
-                       world_size=spec["world_size"], timeout_s=spec["timeout_s"]):
-        return _run_tests(spec, me, scale, out, torch, dist)
+    fh = open(spec["out"], "a", buffering=1)
+
+    def out(line: dict) -> None:
+        try:
+            fh.write(json.dumps(line) + "\n")  # line-buffered: the line reaches the file here
+        except OSError as exc:
+            raise _Unwritable(exc.errno or 0) from exc
+
+    try:
+        with process_group(dist, "gloo", master=f"{spec['master_addr']}:{spec['master_port']}", rank=me,
+                           world_size=spec["world_size"], timeout_s=spec["timeout_s"]):
+            return _run_tests(spec, me, scale, out, torch, dist)
+    except _Unwritable as exc:
+        return UNWRITABLE + min(exc.errno, 255 - UNWRITABLE)
+    finally:
+        with contextlib.suppress(OSError):  # only the part of a line a full disk refused is left to flush
+            fh.close()
 
 
-def _run_tests(spec: dict, me: int, scale: float, out, torch, dist) -> int:
+def _run_tests(spec: dict, me: int, scale: float, out: Callable[[dict], None], torch, dist) -> int:
     try:
         # every rank creates every group, in test order (torch.distributed requires it)
         groups = [dist.new_group(sorted(t["ranks"])) for t in spec["tests"]]
@@ -121,14 +152,14 @@ def _run_tests(spec: dict, me: int, scale: float, out, torch, dist) -> int:
                 for rep in range(reps):
                     stamp = (_p2p(test, me, n, torch, dist, group) if test["op"] == "p2p"
                              else _collective(test, me, n, torch, dist, group))
-                    out.write(json.dumps({"test": test["id"], "bytes": size, "count": n, "rep": rep,
-                                          "warmup": rep < test["warmup"], "rank": me, **stamp}) + "\n")
+                    out({"test": test["id"], "bytes": size, "count": n, "rep": rep, "warmup": rep < test["warmup"],
+                         "rank": me, **stamp})
         dist.barrier()
-        out.write(json.dumps({"event": "done", "rank": me}) + "\n")
+        out({"event": "done", "rank": me})
         return 0
     except RuntimeError as exc:  # gloo timeouts and peer failures
-        out.write(json.dumps({"event": "failed", "rank": me, "reason": failure_reason(exc)}) + "\n")
-        return 3
+        out({"event": "failed", "rank": me, "reason": failure_reason(exc)})
+        return PEER_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,13 +5,19 @@ RankPool) and one with a files directory that is not the run directory (what a r
 is; tests/emulator/test_rank_pool_remote.py's FilesPool, without the SSH). The whole `calibrate
 --servers` on a split network: tests/emulator/test_multihost_root.py."""
 
+import errno
 import json
 import os
 import socket
+import subprocess
+import sys
+from types import SimpleNamespace
 
 import pytest
 
-from emulator.calibrate.benchranks import BenchHost, BenchRank, newest_test, on_our_clock, run_ranks, written_bytes
+from emulator.calibrate.benchranks import (MODULE, BenchHost, BenchRank, failed, newest_test, on_our_clock, run_ranks,
+                                           written_bytes)
+from emulator.calibrate.opbench_worker import PEER_FAILED, UNWRITABLE, unwritable_errno
 from emulator.calibrate.opbench import combine
 from emulator.jobs.launch import emulated_view
 from emulator.jobs.pool import RankPool
@@ -121,3 +127,46 @@ def test_remote_stamps_go_on_our_clock_before_they_are_combined():
     [raw] = combine([test], sender + receiver, topology="t", view=view)
     assert raw["time_s"] == pytest.approx(100.045)  # unconverted: the offset ends up in the time
     assert on_our_clock(receiver, 0) is receiver
+
+
+def test_a_rank_that_cannot_write_its_lines_says_why_in_its_exit_code(tmp_path):
+    """A full disk under a rank's JSON lines (/dev/full: every write is ENOSPC): the rank exits with
+    100 + errno, since its log is most likely on the same disk; before, the traceback went to that log
+    and its peers' "Connection closed by peer" was what `calibrate` said."""
+    spec = {**spec_of([{"id": 0, "op": "all_reduce", "ranks": [0], "sizes": [4096], "samples": 1, "warmup": 0,
+                        "samples_large": 1, "large_bytes": 2 ** 26}]), "rank": 0, "world_size": 1}
+    path = tmp_path / "r0.json"
+    for out, code in (("/dev/full", UNWRITABLE + errno.ENOSPC), (str(tmp_path / "r0.jsonl"), 0)):
+        path.write_text(json.dumps({**spec, "out": out, "master_port": free_port()}))
+        done = subprocess.run([sys.executable, "-m", MODULE, str(path)], cwd=REPO, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == code, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+    assert unwritable_errno(UNWRITABLE + errno.ENOSPC) == errno.ENOSPC and unwritable_errno(PEER_FAILED) is None
+    assert json.loads((tmp_path / "r0.jsonl").read_text().splitlines()[-1]) == {"event": "done", "rank": 0}
+
+
+def ended(rank: int, code: int, pool=None) -> BenchRank:
+    """A bench rank that exited with ``code`` (its process reduced to its exit status)."""
+    host = BenchHost(name=f"h{rank}", ip="127.0.0.1", intf="lo", ns_pid=None)
+    return BenchRank(rank=rank, host=host, pool=pool or SimpleNamespace(files_dir=None),
+                     proc=SimpleNamespace(returncode=code), out=f"/x/r{rank}.jsonl", log=f"/x/r{rank}.log")
+
+
+def test_the_failure_named_is_the_rank_that_ended_for_its_own_reason(tmp_path):
+    """Rank 0 only saw its peer go (exit 3, gloo's "Connection closed by peer"): the line names rank 1,
+    which could not write, or which crashed; each rank's own reason goes with it."""
+    work = tmp_path / "bench"
+    lost = [{"event": "failed", "rank": 0, "reason": "Connection closed by peer"}]
+    assert str(failed([ended(0, PEER_FAILED), ended(1, UNWRITABLE + errno.ENOSPC)], lost, work)) == (
+        f"{work}: microbenchmark rank 1 on h1 cannot write its measurements there (No space left on device); "
+        "free space there, or pass --out DIR on another file system, and run again")
+    assert str(failed([ended(0, PEER_FAILED), ended(1, 1)], lost, work)) == (
+        f"microbenchmark rank 1 on h1 exited with 1; see {work}/r1.log")
+    own = lost + [{"event": "failed", "rank": 1, "reason": "timed out after 60 s"}]
+    assert str(failed([ended(0, PEER_FAILED), ended(1, PEER_FAILED)], own[::-1], work)) == (
+        "microbenchmark rank 0 on h0 exited with 3: Connection closed by peer")  # rank order, its own reason
+    far = SimpleNamespace(files_dir="/srv/ranks", server="west")
+    assert str(failed([ended(2, UNWRITABLE + errno.EDQUOT, far)], [], work)) == (
+        "west:/x: microbenchmark rank 2 on h2 cannot write its measurements there (Disk quota exceeded); free "
+        "space there and run again")

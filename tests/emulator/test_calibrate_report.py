@@ -5,6 +5,7 @@ p2p fits (3 WAN, 1 intra), two collectives, four plans (three ok, one
 failed) and the timeline of the pipeline plan d1.
 """
 
+import errno
 import json
 import os
 import re
@@ -324,3 +325,27 @@ def test_many_links_keep_the_figures_a_sane_size(tmp_path):
         width, height = is_png(run / "figures" / name)
         assert 600 <= width <= 2400 and 400 <= height <= 2400, (name, width, height)
         assert (run / "figures" / name).with_suffix(".pdf").is_file()
+
+
+def test_a_run_that_failed_keeps_its_failure_when_its_report_cannot_be_read(tmp_path):
+    """`calibrate` writes the report also after a failure. A full disk cut microbench.jsonl's last line
+    short: the report is not tried (before, load_run's "line N is not valid JSON; fix or delete that
+    line" replaced the full disk as the run's error); another failure logs why there is no report and
+    stays the run's error; with no failure a bad file is the error, as before."""
+    from emulator.calibrate.command import report_on
+    from spiderflow.errors import EmulatorError
+
+    run = copy_run(tmp_path)
+    lines = (run / "microbench.jsonl").read_text()
+    (run / "microbench.jsonl").write_text(lines[:lines.rindex("\n", 0, -1) + 20])  # the last line cut short
+    logged = []
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert report_on(run, full, logged.append, 0.0) is None and logged == []
+    assert report_on(run, EmulatorError("rank 1 failed"), logged.append, 0.0) is None
+    assert len(logged) == 1 and logged[0].startswith("no report: ") and "is not valid JSON" in logged[0]
+    with pytest.raises(EmulatorError, match="is not valid JSON"):
+        report_on(run, None, logged.append, 0.0)
+    assert not (run / "report.md").exists()
+    (run / "microbench.jsonl").write_text(lines)
+    assert report_on(run, EmulatorError("rank 1 failed"), logged.append, 0.0).plans  # a failure later on
+    assert (run / "report.md").exists() and logged[-1].startswith("report: ")
