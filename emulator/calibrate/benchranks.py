@@ -199,9 +199,9 @@ def failed(bad: list[BenchRank], lines: list[dict], work: Path) -> EmulatorError
     so plainly when a rank could not write its lines (a full disk)."""
     r = min(bad, key=lambda b: b.proc.returncode == PEER_FAILED)  # rank order among equals
     where = f"microbenchmark rank {r.rank} on {r.host.name}"
-    errno = unwritable_errno(r.proc.returncode)
-    if errno is not None:
-        why = os.strerror(errno) if errno else "an error it could not report"
+    errnum = unwritable_errno(r.proc.returncode)
+    if errnum is not None:
+        why = os.strerror(errnum) if errnum else "an error it could not report"
         if r.remote:
             server = getattr(r.pool, "server", "its server")
             return EmulatorError(f"{server}:{Path(r.out).parent}: {where} cannot write its measurements there "

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from emulator import console as cli
+from spiderflow.errors import EmulatorError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -160,3 +161,18 @@ def test_closed_stdout_ends_quietly():
         proc.kill()
     assert first == b"line 0 " + b"x" * 60 + b"\n"
     assert (rc, err) == (1, "")
+
+
+def test_a_write_that_finds_no_room_names_out(tmp_path):
+    """unwritable_raises (calibrate's writes; run and compare say the same for their results): a write
+    that finds no room (/dev/full: ENOSPC) becomes the one line naming --out; any other OSError is
+    left as it is."""
+    from emulator.run import unwritable_raises
+
+    with pytest.raises(EmulatorError) as err:
+        with unwritable_raises(tmp_path), open("/dev/full", "w") as fh:
+            fh.write("a line\n")
+    assert str(err.value) == (f"{tmp_path}: cannot write the run's results there (No space left on device); free "
+                              "space there, or pass --out DIR on another file system, and run again")
+    with pytest.raises(FileNotFoundError), unwritable_raises(tmp_path):
+        open(tmp_path / "no" / "such" / "file")
