@@ -51,7 +51,7 @@ from emulator.net.hoststeal import StealMeter, noticeable
 from emulator.net.state import StateStore
 from emulator.run import (DEFAULT_HOSTS, MAX_ITERATIONS, MAX_JOB_TIMEOUT_S, MAX_TIME_SCALE, applied_events,
                           check_split, check_warmup, emulation, rank_pools, resolve_network, servers_and_topology,
-                          unwritable, write_results)
+                          unwritable_raises, write_results)
 from emulator.net.servers import add_server_arguments
 from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in,
                                 name_list, output_dir)
@@ -396,11 +396,9 @@ def main(args: argparse.Namespace) -> int:
                     runner.run()  # marks what was still running if it raises
                 finally:
                     stolen = 100 * meter.share()
-                    try:
+                    with unwritable_raises(out):  # a full disk: the network comes down next, the results are lost
                         write_results(out / name, runner.jobs, net, emu.mechanism, time.monotonic() - started,
                                       runner.peak_ranks, applied_events(runner), host_steal_pct=stolen)
-                    except OSError as exc:  # a full disk: the network comes down next, the results are lost
-                        raise unwritable(out, exc) from None
                     results[name] = {**planner_result(runner.jobs, simulated, topo.total_gpus, cfg.warmup),
                                      "host_steal_pct": round(stolen, 2)}
                 port = runner.next_port
@@ -411,10 +409,8 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if results:
             meta["wall_s"] = round(time.monotonic() - t0, 1)
-            try:
+            with unwritable_raises(out):
                 write_outputs(out, results, meta, about)
-            except OSError as exc:
-                raise unwritable(out, exc) from None
             progress(f"results in {out} ({meta['wall_s']:.0f} s in all)")
     if args.json:
         print(dumps({"planners": results, **meta}, indent=1))

@@ -25,6 +25,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import asdict
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from emulator.net.layout import NetConfig
 from emulator.jobs.pool import RankPool
 from emulator.jobs.replay import JobRun, RunConfig, Runner
 from emulator.net.state import StateStore
-from spiderflow.cliutil import (NO_SPACE, add_scheduler_arguments, dumps, float_in, input_file, int_in,
+from spiderflow.cliutil import (add_scheduler_arguments, dumps, float_in, input_file, int_in,
                                 output_dir)
 from spiderflow.costmodel import NO_CALIBRATION, Calibration, load_calibration, plan_work
 from spiderflow.costmodel.calibration import check_calibration_applies
@@ -275,11 +276,9 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if runner is not None:
             wall, stolen = time.monotonic() - t0, 100 * meter.share()
-            try:
+            with unwritable_raises(out):  # a full disk: the network is down already, the results are lost
                 write_results(out, runner.jobs, net, mechanism, wall, runner.peak_ranks, applied_events(runner),
                               host_steal_pct=stolen)
-            except OSError as exc:  # a full disk: the network is down already, the results are lost
-                raise unwritable(out, exc) from None
             progress(f"results in {out} ({wall:.0f} s in all, at most {runner.peak_ranks} ranks at once)")
     result = as_json(runner.jobs, net, out, runner.peak_ranks, applied_events(runner), host_steal_pct=stolen)
     if args.json:
@@ -345,12 +344,13 @@ def unwritable(out: Path, exc: OSError) -> EmulatorError:
 
 
 @contextlib.contextmanager
-def unwritable_raises(out: Path):
-    """A write that finds no space (:data:`~spiderflow.cliutil.NO_SPACE`) inside: :func:`unwritable`'s line."""
+def unwritable_raises(out: Path, *, only: Collection[int] | None = None):
+    """Writes of results to ``out`` inside: an OSError becomes :func:`unwritable`'s line. ``only``: just
+    those errnos (a block that does more than write, e.g. :data:`~spiderflow.cliutil.NO_SPACE`)."""
     try:
         yield
     except OSError as exc:
-        if exc.errno not in NO_SPACE:
+        if only is not None and exc.errno not in only:
             raise
         raise unwritable(out, exc) from None
 

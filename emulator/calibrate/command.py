@@ -231,7 +231,7 @@ def main(args: argparse.Namespace) -> int:
     if servers is not None:  # per topology: each gets its own split network and its own clock measurement
         config.update(servers=list(servers.names), tunnel=servers.tunnel,
                       assignment={t.source: a for t, a in splits}, clock_offsets={})
-    with unwritable_raises(out):  # a full disk: one line naming --out, after the network's teardown
+    with unwritable_raises(out, only=NO_SPACE):  # a full disk: one line naming --out, after the teardown
         cal_paths, run = calibrate_topologies(splits, net, run_cfg, args, servers, config, out, log)
     from emulator.calibrate.report import mape_summary
 

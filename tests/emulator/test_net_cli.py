@@ -164,15 +164,19 @@ def test_closed_stdout_ends_quietly():
 
 
 def test_a_write_that_finds_no_room_names_out(tmp_path):
-    """unwritable_raises (calibrate's writes; run and compare say the same for their results): a write
-    that finds no room (/dev/full: ENOSPC) becomes the one line naming --out; any other OSError is
-    left as it is."""
+    """unwritable_raises (run's and compare's results; calibrate's writes, only=NO_SPACE): a write that
+    finds no room (/dev/full: ENOSPC) becomes the one line naming --out; with ``only``, any other
+    OSError is left as it is."""
     from emulator.run import unwritable_raises
+    from spiderflow.cliutil import NO_SPACE
 
-    with pytest.raises(EmulatorError) as err:
-        with unwritable_raises(tmp_path), open("/dev/full", "w") as fh:
-            fh.write("a line\n")
-    assert str(err.value) == (f"{tmp_path}: cannot write the run's results there (No space left on device); free "
-                              "space there, or pass --out DIR on another file system, and run again")
-    with pytest.raises(FileNotFoundError), unwritable_raises(tmp_path):
+    for only in (None, NO_SPACE):
+        with pytest.raises(EmulatorError) as err:
+            with unwritable_raises(tmp_path, only=only), open("/dev/full", "w") as fh:
+                fh.write("a line\n")
+        assert str(err.value) == (f"{tmp_path}: cannot write the run's results there (No space left on device); "
+                                  "free space there, or pass --out DIR on another file system, and run again")
+    with pytest.raises(FileNotFoundError), unwritable_raises(tmp_path, only=NO_SPACE):
+        open(tmp_path / "no" / "such" / "file")
+    with pytest.raises(EmulatorError, match="No such file or directory"), unwritable_raises(tmp_path):
         open(tmp_path / "no" / "such" / "file")
