@@ -53,10 +53,17 @@ def test_state_round_trip_and_unreadable_file(tmp_path):
 
 
 def sleeper(marker=None):
+    """A process that sleeps, returned once it runs Python: Popen returns as soon as the exec closed its
+    pipe, before the kernel has set up the new program's environment, and a /proc/PID/environ read in
+    that window is empty (CI once found no marked sleeper here)."""
     env = dict(os.environ)
     if marker:
         env[MARKER_ENV] = marker
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    proc = subprocess.Popen([sys.executable, "-c", "print('up', flush=True); import time; time.sleep(60)"], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "up\n"
+    proc.stdout.close()
+    return proc
 
 
 def test_remove_leftovers_ends_recorded_and_marked_processes_only(tmp_path):
