@@ -16,14 +16,14 @@ distortion within :data:`ERROR_BUDGET`:
 
     distortion(K) = ops x overhead x contention(K) / (K x iteration_s)
 
-- ``ops``: the operations on the job's critical path per iteration
-  (:func:`critical_ops`), ``iteration_s`` its predicted iteration time;
+- ``ops``: the operations whose fixed cost lands on the job's critical path per
+  iteration (:func:`critical_ops`), ``iteration_s`` its predicted iteration time;
 - ``overhead``: the per-op fixed cost on this machine now
   (:func:`measure_op_overhead_s`: a 1 ms sleep's overshoot, measured, plus
   :data:`PER_OP_S`);
 - ``contention(K) = 1 / (1 - rho / K)``: ``rho`` is the share of the cores
-  that all the jobs' fixed per-op costs would take at K = 1 if they all ran
-  at once (an upper bound); a K where ``rho / K >= 0.9`` is not taken.
+  that all the jobs' fixed per-op costs (:func:`host_ops`) would take at K = 1
+  if they all ran at once (an upper bound); a K where ``rho / K >= 0.9`` is not taken.
 
 K = 8 is never chosen by ``auto``: on this machine pipelines across WAN links
 ran 8-10% slower than predicted at K = 8 whatever the congestion control
@@ -86,15 +86,29 @@ def measure_op_overhead_s(samples: int = 50) -> float:
     return max(0.0, statistics.median(over)) + PER_OP_S
 
 
-def critical_ops(work: PlanWork) -> int:
-    """Emulated operations on one iteration's critical path: 1F1B's ``m + S - 1`` forwards and as
-    many backwards, one transfer after each across a stage boundary, and ``2(p - 1)`` steps of each
-    ring of the gradient sync (p: the most ranks of a stage's sync)."""
+def host_ops(work: PlanWork) -> int:
+    """Emulated operations the ranks on one iteration's critical path run: 1F1B's ``m + S - 1``
+    forwards and as many backwards, one transfer after each across a stage boundary, and
+    ``2(p - 1)`` steps of each ring of the gradient sync (p: the most ranks of a stage's sync).
+    Each costs the host its fixed cost: what the jobs load the cores with (``rho``)."""
     m, s = work.micro_batches, work.depth
     compute = 2 * (m + s - 1)
     transfers = compute if s > 1 else 0
-    ring = max((sum(len(g) for g in groups) for groups in work.sync_groups if groups), default=1)
-    return compute + transfers + 2 * (ring - 1)
+    return compute + transfers + 2 * (_ring(work) - 1)
+
+
+def critical_ops(work: PlanWork) -> int:
+    """Those of :func:`host_ops` whose fixed cost delays the iteration. A rank's compute runs on its
+    GPU stream's clock (:class:`emulator.jobs.worker.GpuStream`): ops back to back carry the host's
+    cost once, where the run of them ends. One stage: that end, then the ring. More stages: every
+    compute op ends in a send that a waiting neighbour receives, so all of them count, as before."""
+    if work.depth == 1:
+        return 1 + 2 * (_ring(work) - 1)
+    return host_ops(work)
+
+
+def _ring(work: PlanWork) -> int:
+    return max((sum(len(g) for g in groups) for groups in work.sync_groups if groups), default=1)
 
 
 def distortion(ops: int, iteration_s: float, overhead_s: float, contention: float, k: float) -> float:
@@ -111,7 +125,7 @@ def choose_dilation(jobs: list[tuple[str, PlanWork, float]], *, overhead_s: floa
     cores = cores or os.cpu_count() or 1
     if not jobs:
         return Choice(dilation=1.0, reason="no job to size it by")
-    loads = [critical_ops(w) * overhead_s / it for _jid, w, it in jobs]
+    loads = [host_ops(w) * overhead_s / it for _jid, w, it in jobs]
     rho = (max(loads) if one_at_a_time else sum(loads)) / cores
 
     def worst(k: float) -> tuple[float, str]:

@@ -20,7 +20,10 @@ node and is folded into the stage's compute time; what crosses a network is real
   intra all-gather).
 
 Compute is *emulated* by default: the rank sleeps the cost model's predicted
-forward / backward time of its stage for one micro-batch. With ``compute =
+forward / backward time of its stage for one micro-batch, on a GPU stream's
+clock (:class:`GpuStream`): an op that need not wait for its input starts
+when the previous one ended, not when the rank's Python got round to it, so
+the host's own cost per op does not add up over an iteration. With ``compute =
 "real"`` it runs a CPU proxy of its stage instead (:mod:`emulator.jobs.compute`,
 shape in ``proxy``, built before the start barrier): GPT blocks sized so that
 their forward FLOPs are ``forward_s`` times the machine's probed matmul rate,
@@ -212,10 +215,41 @@ def _post_receives(spec: RankSpec, dist, act_in, grad_in) -> dict[str, list]:
     return out
 
 
-def _compute(seconds: float) -> None:
-    """Emulated GPU time: sleep it (the default timer slack is cut to 1 us by tight_timers)."""
-    if seconds > 0:
-        time.sleep(seconds)
+class GpuStream:
+    """Emulated GPU time on the rank's one compute stream, slept to absolute ends.
+
+    A GPU runs the kernels its host queued back to back: the host's own work between
+    them (Python, the JSON lines, a late wake-up) delays the stream only when the stream
+    has caught up with it. So an op starts when the stream is free (the previous op's end),
+    or, when it had to wait for its input or the stream stood idle (a collective, the start
+    barrier), when the wait ended; it ends its predicted time later, and the rank sleeps
+    until then (the default timer slack is cut to 1 us by tight_timers). A host late by
+    more than an op sleeps less on the next ones, as a GPU with queued work would run on.
+    """
+
+    def __init__(self) -> None:
+        self.free_at = time.monotonic()
+
+    def reset(self) -> None:
+        """The next op starts from now: the rank waited outside the stream (a collective, its
+        sends), or its host ran the op itself (real compute)."""
+        self.free_at = time.monotonic()
+
+    def run(self, seconds: float, *, waited: bool = False) -> None:
+        """``seconds`` of GPU time; ``waited``: the op's input arrived only now."""
+        begin = time.monotonic() if waited else self.free_at
+        self.free_at = begin + max(0.0, seconds)
+        left = self.free_at - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+
+
+def _wait(work) -> bool:
+    """Wait for a posted receive; True if its data had not arrived yet (waited for even if it had:
+    a receive that failed raises here)."""
+    arrived = work.is_completed()
+    work.wait()
+    return not arrived
 
 
 STARTUP_NICE_ENV = "SPIDERFLOW_STARTUP_NICE"
@@ -318,33 +352,33 @@ def _run_schedule(spec: RankSpec, log: Log, proxy, torch, dist) -> int:
         log.write(event="start", wall=time.time(), mono=t0, **extra)  # mono: CLOCK_MONOTONIC, shared by all ranks
         pending = []
         recvs = _post_receives(spec, dist, act_in, grad_in)
+        stream = GpuStream()
         for it in range(spec.iterations):
             for kind, k in order:
                 start = time.monotonic() - t0
                 if kind == "F":
-                    if spec.prev_rank is not None:
-                        recvs["F"][k].wait()
+                    waited = spec.prev_rank is not None and _wait(recvs["F"][k])
                     if proxy is not None:
                         proxy.forward(k)
+                        stream.reset()
                     else:
-                        _compute(spec.forward_s)
+                        stream.run(spec.forward_s, waited=waited)
                     if spec.next_rank is not None:
                         pending.append(dist.isend(act_out, dst=spec.next_rank))
                 else:
-                    if spec.next_rank is not None:
-                        recvs["B"][k].wait()
+                    waited = spec.next_rank is not None and _wait(recvs["B"][k])
                     if proxy is not None:
                         proxy.backward(k)
+                        stream.reset()
                     else:
-                        _compute(spec.backward_s)
+                        stream.run(spec.backward_s, waited=waited)
                     if spec.prev_rank is not None:
                         pending.append(dist.isend(grad_out, dst=spec.prev_rank))
                 log.write(event="op", kind=kind, it=it, mb=k, start=start, end=time.monotonic() - t0)
             if it + 1 < spec.iterations:  # this iteration's buffers are consumed: post the next one's
                 recvs = _post_receives(spec, dist, act_in, grad_in)
             start = time.monotonic() - t0
-            if spec.sync_intra_s > 0:
-                time.sleep(spec.sync_intra_s)
+            stream.run(spec.sync_intra_s)
             sync(spec, groups, torch, dist)
             end = time.monotonic() - t0
             log.write(event="op", kind="S", it=it, mb=-1, start=start, end=end)
@@ -352,6 +386,7 @@ def _run_schedule(spec: RankSpec, log: Log, proxy, torch, dist) -> int:
             for work in pending:
                 work.wait()
             pending.clear()
+            stream.reset()
             if proxy is not None:  # an optimizer step would consume and clear the gradients here
                 proxy.zero_grad()
         log.write(event="done", wall=time.time())

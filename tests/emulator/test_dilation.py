@@ -6,7 +6,8 @@ import json
 import pytest
 
 from emulator.net.check import real_equivalent
-from emulator.jobs.dilation import CANDIDATES, ERROR_BUDGET, choose_dilation, critical_ops, distortion, parse_dilation
+from emulator.jobs.dilation import (CANDIDATES, ERROR_BUDGET, choose_dilation, critical_ops, distortion, host_ops,
+                                    parse_dilation)
 from emulator.jobs.launch import emulated_view
 from emulator.net.measure import Result, Target
 from emulator.net.layout import NetConfig
@@ -41,9 +42,22 @@ def test_parse_dilation_takes_auto_or_a_number_in_range():
 
 
 def test_critical_ops_count_1f1b_transfers_and_the_sync_ring():
-    assert critical_ops(work(8, ("east",))) == 2 * 8  # one stage: F and B per micro-batch
-    assert critical_ops(work(8)) == 2 * 2 * (8 + 1)  # 2 stages: m + S - 1 each way, a transfer after each
-    assert critical_ops(work(8, replicas=2)) == 2 * 2 * 9 + 2  # + a 2-rank ring: 2(p - 1) steps
+    assert host_ops(work(8, ("east",))) == 2 * 8  # one stage: F and B per micro-batch
+    assert critical_ops(work(8, ("east",))) == 1  # ... back to back on the GPU stream's clock: one end
+    assert critical_ops(work(8, ("east",), replicas=2)) == 1 + 2  # then a 2-rank ring: 2(p - 1) steps
+    assert critical_ops(work(8)) == host_ops(work(8)) == 2 * 2 * (8 + 1)  # 2 stages: m + S - 1 each way, each
+    # ending in a send a neighbour waits for, and a transfer after each
+    assert critical_ops(work(8, replicas=2)) == 2 * 2 * 9 + 2  # + a 2-rank ring
+
+
+def test_one_stage_jobs_load_the_cores_with_every_op_but_are_distorted_by_one():
+    one = work(8, ("east",))
+    it = 16 * 1e-4 / ERROR_BUDGET  # 3% at K = 1 if each op's cost added up, as before the GPU stream's clock
+    assert choose_dilation([("j", one, it)], overhead_s=1e-4, cores=1000).dilation == 1
+    assert "0.2% at K=1" in choose_dilation([("j", one, it)], overhead_s=1e-4, cores=1000).reason
+    # 62 such jobs on 2 cores: each op's cost still loads the cores, rho = 62 x 3% / 2 = 93%: K = 1 not taken
+    many = [(f"j{i}", one, it) for i in range(62)]
+    assert choose_dilation(many, overhead_s=1e-4, cores=2).dilation == 2
 
 
 def test_auto_takes_the_smallest_k_within_budget_for_the_tightest_job():
