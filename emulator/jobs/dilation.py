@@ -47,7 +47,8 @@ CANDIDATES = (1, 2, 4)
 ERROR_BUDGET = 0.03  # the tightest job's iteration time distorted by at most this by fixed per-op costs
 # A rank's own cost per emulated op beyond a sleep's overshoot (its Python, the op's JSON line, gloo's
 # call for a transfer): paper8's one-rank jobs of 16 ops per 17-51 ms iteration measured 13-17% slow at
-# K = 1 among 31 ranks, 0.13-0.18 ms per op (benchmarks/results/dilation.md)
+# K = 1 among 31 ranks, 0.13-0.18 ms per op (benchmarks/results/dilation.md; before their compute ran on the GPU
+# stream's clock, which took it off their iterations but not off the cores)
 PER_OP_S = 100e-6
 MAX_LOAD = 0.9  # rho / K at or above this: the cores would be saturated by fixed costs alone
 SLEEP_PROBE_S = 0.001
