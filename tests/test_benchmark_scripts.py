@@ -113,10 +113,10 @@ def test_emulated_orders_renders_the_seeds_it_finds(tmp_path):
     assert done.returncode == 0, done.stderr
     text = (tmp_path / "orders.md").read_text()
     # the committed run's measured ratios (README's table), each seed alike, so the means and minima too
-    assert text.count("| 2.22x (2.28x) | 1.54x (1.51x) |") == 3  # each seed's row, and once in the row over the seeds
-    assert "| ilp | 2.22x (2.28x) | 2.22x (2.28x) | 1.54x (1.51x) | 1.54x (1.51x) |" in text
-    assert "| blind | 3.64x (3.74x) | 3.64x (3.74x) | 3.82x (3.80x) | 3.82x (3.80x) |" in text
-    assert "| 4 | w1-350m-24g, w2-1.3b-24g, s1-2.7b-8g |" in text and "| 1.65x |" in text
+    assert text.count("| 2.31x (2.30x) | 1.56x (1.51x) |") == 3  # each seed's row, and once in the row over the seeds
+    assert "| ilp | 2.31x (2.30x) | 2.31x (2.30x) | 1.56x (1.51x) | 1.56x (1.51x) |" in text
+    assert "| blind | 3.30x (3.49x) | 3.30x (3.49x) | 3.55x (3.76x) | 3.55x (3.76x) |" in text
+    assert "| 4 | w1-350m-24g, w2-1.3b-24g, s1-2.7b-8g |" in text and "| 1.63x |" in text
     assert "## How far each prediction of a job's iteration time was from what it measured" in text
     done = script("emulated_orders.py", "--render", "--seeds", "5", "--out", str(tmp_path))
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
@@ -175,8 +175,8 @@ def test_emulated_orders_says_n_a_where_a_planner_completed_nothing():
     summary = json.loads((REPO / "benchmarks" / "results" / "emulated-headline-paper8" / "summary.json").read_text())
     summary["planners"]["blind"]["measured"].update(avg_jct_s=None, throughput_tokens_per_s=0.0)
     rows = table({1: {"summary": summary, "first": ["w1"]}}, ["spinsearch", "ilp", "blind"])
-    assert rows[2].endswith("| 2.22x (2.28x) | 1.54x (1.51x) | n/a (3.74x) | n/a (3.80x) |")
-    assert "| blind | n/a (3.74x) | n/a (3.74x) | n/a (3.80x) | n/a (3.80x) |" in rows
+    assert rows[2].endswith("| 2.31x (2.30x) | 1.56x (1.51x) | n/a (3.49x) | n/a (3.76x) |")
+    assert "| blind | n/a (3.49x) | n/a (3.49x) | n/a (3.76x) | n/a (3.76x) |" in rows
 
 
 def test_queue_delay_tells_each_shared_jobs_error_per_buffer_size():
