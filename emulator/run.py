@@ -145,12 +145,23 @@ def check_calibration_dilation(calibration: Calibration, dilation: float) -> Non
                             f"with --dilation {dilation:g}")
 
 
+def calibrated_choice(calibration: Calibration, sized: Choice) -> Choice:
+    """``auto`` with a calibration fitted at a recorded K: that K, whose per-op costs its fits carry
+    (:func:`check_calibration_dilation`), saying what ``auto`` would have taken (``sized``)."""
+    if calibration.dilation is None or calibration.dilation == sized.dilation:
+        return sized
+    return Choice(dilation=calibration.dilation,
+                  reason=f"{calibration.source} was fitted at dilation {calibration.dilation:g} (auto would take "
+                         f"{sized.dilation:g}: {sized.reason}; calibrate with --dilation {sized.dilation:g} for that)")
+
+
 def resolve_network(args: argparse.Namespace, topo: Topology, jobs: list[Job], *, planner: str,
                     calibration: Calibration) -> tuple[NetConfig, Choice]:
     """The network options with ``--dilation`` resolved (``auto``: sized on ``planner``'s plans of
-    every job alone), checked against the calibration's dilation."""
+    every job alone, or the K a calibration was fitted at), checked against the calibration's dilation."""
     if args.dilation == "auto":
-        choice = auto_dilation(topo, jobs, network_config(args, 1.0), planner=planner, calibration=calibration)
+        choice = calibrated_choice(calibration, auto_dilation(topo, jobs, network_config(args, 1.0),
+                                                              planner=planner, calibration=calibration))
     else:
         choice = Choice(dilation=args.dilation, reason="--dilation")
     net = network_config(args, choice.dilation)

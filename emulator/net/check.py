@@ -85,8 +85,8 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
                              "on the gateways (default %(default)s)")
     parser.add_argument("--dilation", type=parse_dilation, default="auto", metavar="K|auto",
                         help="time dilation: wire rates / K, delays x K (and in run/calibrate compute x K, "
-                             "measured times / K); wall time grows K-fold. auto: see emulator/jobs/dilation.py "
-                             "(default %(default)s)")
+                             "measured times / K); wall time grows K-fold. auto: see emulator/jobs/dilation.py; in "
+                             "run/compare with --calibration, the K it was fitted at (default %(default)s)")
 
 
 def network_config(args: argparse.Namespace, dilation: float | None = None) -> NetConfig:

@@ -5,6 +5,7 @@ reason) when not running as root. CI runs as root, so they run there.
 """
 
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,13 @@ PYTHON = sys.executable
 def pytest_runtest_setup(item):
     if item.get_closest_marker("root") and os.geteuid() != 0:
         pytest.skip("needs root (network namespaces, tc, iptables): run the tests with sudo")
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (a rank's rendezvous in the loopback tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def rate_ok(configured_mbps: float, measured_mbps: float, steal_pct: float, what) -> bool:

@@ -8,7 +8,6 @@ is; tests/emulator/test_rank_pool_remote.py's FilesPool, without the SSH). The w
 import errno
 import json
 import os
-import socket
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -25,7 +24,7 @@ from emulator.jobs.worker import rank_env
 from emulator.net.layout import NetConfig
 from spiderflow.errors import EmulatorError
 
-from .conftest import REPO, two_cluster_topology
+from .conftest import REPO, free_port, two_cluster_topology
 from .test_rank_pool_remote import FilesPool
 
 PRELOAD = ("torch", "torch.distributed", "emulator.calibrate.opbench_worker")
@@ -41,12 +40,6 @@ def pools(tmp_path_factory):
     there = tmp_path_factory.mktemp("server2") / "ranks"
     with RankPool(preload=PRELOAD) as here, FilesPool(there, preload=PRELOAD) as far:
         yield here, far, there
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def env_of(host: BenchHost) -> dict[str, str]:

@@ -1,11 +1,12 @@
 """The ring all-reduce over loopback gloo (no root): every rank ends with the exact sum."""
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from .conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RANK = """
@@ -21,12 +22,6 @@ want = torch.arange(6 * p, dtype=torch.float64) * sum(range(1, p + 1)) + sum(ran
 d.destroy_process_group()
 sys.exit(0 if torch.equal(t, want) else 1)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("p", [2, 3, 4])

@@ -164,3 +164,24 @@ def test_a_calibration_is_applied_only_at_the_dilation_it_was_fitted_at(tmp_path
     path.write_text(json.dumps({"dilation": -1}))
     with pytest.raises(ConfigError, match="dilation must be a positive number"):
         load_calibration(path)
+
+
+def test_auto_takes_the_dilation_a_calibration_was_fitted_at_and_says_what_it_would_have_taken(tmp_path):
+    from emulator.jobs.dilation import Choice
+    from emulator.run import calibrated_choice, check_calibration_dilation
+    from spiderflow.costmodel import NO_CALIBRATION, load_calibration
+
+    sized = Choice(dilation=2.0, reason="s7's distortion 2.1% at K = 2")
+    assert calibrated_choice(NO_CALIBRATION, sized) is sized
+    path = tmp_path / "calibration-one.json"
+    path.write_text(json.dumps({"paths": {}, "scale": 10, "dilation": 1}))
+    cal = load_calibration(path)
+    choice = calibrated_choice(cal, sized)
+    assert choice.dilation == 1.0
+    assert choice.reason == (f"{path} was fitted at dilation 1 (auto would take 2: s7's distortion 2.1% at K = 2; "
+                             "calibrate with --dilation 2 for that)")
+    check_calibration_dilation(cal, choice.dilation)  # what resolve_network checks next: it passes
+    path.write_text(json.dumps({"paths": {}, "dilation": 2}))
+    assert calibrated_choice(load_calibration(path), sized) is sized
+    path.write_text(json.dumps({"paths": {}}))  # no dilation recorded: auto's own choice
+    assert calibrated_choice(load_calibration(path), sized) is sized

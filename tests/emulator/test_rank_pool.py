@@ -4,7 +4,6 @@ as root, a child joins a Mininet host's namespaces and nothing of the pool outli
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,15 +15,9 @@ from spiderflow.errors import EmulatorError
 from emulator.jobs.pool import RankPool
 from emulator.jobs.worker import RankSpec
 
-from .conftest import REPO, two_cluster_topology
+from .conftest import REPO, free_port, two_cluster_topology
 
 TARGETS = "tests.emulator.pool_targets"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def alive(pid: int) -> bool:

@@ -15,6 +15,8 @@ from spiderflow.plan import Plan, Stage
 from spiderflow.workload import Job
 from spiderflow.topology import parse_topology
 
+from .conftest import free_port
+
 TOPO = parse_topology({
     "name": "two",
     "clusters": [{"name": "east", "gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 8},
@@ -169,7 +171,6 @@ def test_specs_of_a_three_stage_plan_run_over_loopback(tmp_path):
     import dataclasses
     import json
     import os
-    import socket
     import subprocess
     import sys
     from pathlib import Path
@@ -178,9 +179,7 @@ def test_specs_of_a_three_stage_plan_run_over_loopback(tmp_path):
            Stage(cluster="west", layer_start=8, layer_end=12))
     plan = Plan(job=Job(**{**JOB.__dict__, "job_id": "t"}), replicas=(rep,), dp=2, micro_batch_size=1,
                 micro_batches=4)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     view = emulated_view(TOPO, NetConfig(scale=100.0))
     ss = rank_specs(plan_work(plan, view), master_addr="127.0.0.1", master_port=port, scale=100.0,
                     iterations=3, out_dir=str(tmp_path), timeout_s=60)

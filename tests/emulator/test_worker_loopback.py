@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +11,9 @@ import pytest
 from emulator.jobs import worker
 from emulator.jobs.worker import RankSpec, nccl_env, rank_env
 
+from .conftest import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_nccl_environment_stays_on_sockets():
