@@ -52,6 +52,8 @@ def script(name: str, *args: str) -> subprocess.CompletedProcess:
      "products, comma-separated, each in (0, 100], none twice (got '1,1')"),
     ("queue_delay.py", ("--queue-bdp", "nan"), "argument --queue-bdp: must be buffer sizes"),
     ("queue_delay.py", ("--repeats", "0"), "argument --repeats: must be an integer in 1..100 (got '0')"),
+    ("shared_link_model.py", ("--orders", "{tmp}/none"), "{tmp}/none: no such directory; give one emulated_orders.py"),
+    ("shared_link_model.py", ("--orders", "{tmp}"), "{tmp}: no order's config.json in it or in a seed-* directory"),
 ])
 def test_a_benchmark_script_refuses_bad_arguments_in_one_line(name, args, says, tmp_path):
     done = script(name, *(a.format(tmp=tmp_path) for a in args))
@@ -200,3 +202,26 @@ def test_queue_delay_tells_each_shared_jobs_error_per_buffer_size():
     rows = table({1.0: [run(2.5), run(2.6), run(2.4)], 0.1: [run(2.0), run(1.0, {"ohio": 20})]})
     assert rows[2:] == ["| w4 | ohio:12 virginia:8 | 2.500 (3) | -20.0% | 2.000 (1) | +0.0% |"]
     assert rows[0].startswith("| job | placement | 1 BDP: measured (s) | error vs `shared` | 0.1 BDP:")
+
+
+def test_shared_link_model_reads_every_committed_plan_back_and_orders_the_loads():
+    """Every plan of the committed emulated orders reads back from its text and prices as recorded
+    alone (rows_of raises otherwise); a job on WAN links of its own prices alike under every load and
+    as the run's own ``shared`` figure; a job that shared is priced no lower counted than weighted by
+    duty (each other flow's duty is at most 1) and no lower weighted than alone, and counted for the
+    moments it shared no higher than the run's ``shared``, which counts every overlap for the whole run."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from shared_link_model import ORDERS, rows_of
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    rows = rows_of(ORDERS)
+    shared = [r for r in rows if r["shared_link"]]
+    assert shared and len(rows) > len(shared)  # (53 and 26 on the orders committed at 34a9c23)
+    for r in rows:
+        e = r["err"]
+        assert 0 < r["duty"] <= 1
+        if r["shared_link"]:
+            assert e["alone"] < e["duty"] < e["counted"] <= e["shared"] + 1e-9, r
+        else:
+            assert max(e.values()) - min(e.values()) < 1e-6, r
