@@ -37,7 +37,7 @@ from emulator.jobs.launch import describe_plan, emulated_view
 from emulator.net.layout import NetConfig
 from spiderflow.bench import machine
 from spiderflow.cliutil import OneLineParser, input_dir, one_line_errors, output_file, write_output_file
-from spiderflow.costmodel import predict
+from spiderflow.costmodel import Prediction, predict
 from spiderflow.errors import ConfigError
 from spiderflow.plan import Plan, Stage
 from spiderflow.simulate.flows import plan_routes
@@ -69,10 +69,9 @@ def parse_plan(job, text: str) -> Plan:
     return plan
 
 
-def duty(plan: Plan, view) -> float:
-    """Fraction of an iteration alone that the plan's busiest WAN boundary moves bytes one way
-    (its messages' latency left out), plus its inter-cluster sync, at most 1."""
-    pred = predict(plan, view, check_memory=False)
+def duty(plan: Plan, pred: Prediction) -> float:
+    """Fraction of an iteration alone (``pred``, the plan priced alone) that the plan's busiest WAN
+    boundary moves bytes one way (its messages' latency left out), plus its inter-cluster sync, at most 1."""
     m = plan.micro_batches
     busy = max((m * max(c.send_forward_s - c.send_forward_latency_s, c.send_backward_s - c.send_backward_latency_s)
                 for c in pred.costs), default=0.0)
@@ -80,11 +79,10 @@ def duty(plan: Plan, view) -> float:
     return min(1.0, (busy + sync) / pred.iteration_s)
 
 
-def priced_jobs(order: Path, planner: Path, topo) -> dict[str, dict]:
-    """Each completed job of one replay: its plan, routes, duty and run (real-equivalent seconds)."""
-    cfg = json.loads((order / "config.json").read_text())
+def priced_jobs(cfg: dict, trace: dict, planner: Path, topo) -> dict[str, dict]:
+    """Each completed job of one replay (``cfg``: its order's config.json; ``trace``: its jobs by id):
+    its plan, routes, iteration time alone, duty and run (real-equivalent seconds)."""
     net = NetConfig(**cfg["net"])
-    trace = {j.job_id: j for j in load_trace(REPO / cfg["trace"]).jobs}
     view = emulated_view(topo, net)
     jobs = {}
     for j in json.loads((planner / "result.json").read_text())["jobs"]:
@@ -92,13 +90,14 @@ def priced_jobs(order: Path, planner: Path, topo) -> dict[str, dict]:
             continue
         job = trace[j["job_id"]]
         plan = parse_plan(job, j["plan"])
-        alone = predict(plan, view, check_memory=False).iteration_s
+        pred = predict(plan, view, check_memory=False)
+        alone = pred.iteration_s
         if abs(alone - j["predicted_alone_iteration_s"]) > 1e-6 * alone:
             raise ConfigError(f"{planner / 'result.json'}: {job.job_id}'s plan prices at {alone:.6g} s alone, "
                               f"recorded {j['predicted_alone_iteration_s']:.6g} s; another cost model or flags")
         arrival = job.arrival_s / cfg["time_scale"]
-        jobs[job.job_id] = {"row": j, "plan": plan, "routes": plan_routes(plan, topo), "net": net,
-                            "duty": duty(plan, view), "start": arrival + j["queue_s"], "end": arrival + j["jct_s"]}
+        jobs[job.job_id] = {"row": j, "plan": plan, "routes": plan_routes(plan, topo), "net": net, "alone": alone,
+                            "duty": duty(plan, pred), "start": arrival + j["queue_s"], "end": arrival + j["jct_s"]}
     return jobs
 
 
@@ -106,7 +105,7 @@ def over_run(job: dict, others: list[dict], topo) -> dict[str, float]:
     """``job``'s iteration time under each load, weighted by how long each set of others ran beside it."""
     start, end = job["start"], job["end"]
     cuts = sorted({start, end, *(min(max(o[k], start), end) for o in others for k in ("start", "end"))})
-    got = dict.fromkeys(LOADS, 0.0)
+    got = {"alone": job["alone"], "counted": 0.0, "duty": 0.0}  # alone: the same at every moment
     for a, z in zip(cuts, cuts[1:]):
         mid = (a + z) / 2
         counted, weighted = Counter(), Counter()
@@ -116,7 +115,7 @@ def over_run(job: dict, others: list[dict], topo) -> dict[str, float]:
                     for key in route:
                         counted[key] += 1
                         weighted[key] += o["duty"]
-        for name, load in zip(LOADS, ({}, counted, weighted)):
+        for name, load in (("counted", counted), ("duty", weighted)):
             view = emulated_view(topo, job["net"], link_load=dict(load))
             got[name] += (z - a) / (end - start) * predict(job["plan"], view, check_memory=False).iteration_s
     return got
@@ -138,9 +137,11 @@ def orders_in(path: Path) -> list[Path]:
 def rows_of(orders: Path) -> list[dict]:
     rows = []
     for order in orders_in(orders):
-        topo = load_topology(REPO / json.loads((order / "config.json").read_text())["topology"])
+        cfg = json.loads((order / "config.json").read_text())
+        topo = load_topology(REPO / cfg["topology"])
+        trace = {j.job_id: j for j in load_trace(REPO / cfg["trace"]).jobs}
         for planner in sorted(p for p in order.iterdir() if (p / "result.json").exists()):
-            jobs = priced_jobs(order, planner, topo)
+            jobs = priced_jobs(cfg, trace, planner, topo)
             for name, job in jobs.items():
                 if not job["routes"]:
                     continue
